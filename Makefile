@@ -1,0 +1,44 @@
+# Two commands for a newcomer: `make demo` and `make test`. Both set everything up first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is pinned to the CPU build on disk; any other torch request downloads GBs of CUDA
+export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test check lint typecheck imports pytest bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+demo: setup
+	$(BIN)/python scripts/demo.py
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+imports: setup
+	$(BIN)/lint-imports --no-cache
+
+pytest: setup
+	$(BIN)/python -m pytest
+
+check: lint typecheck imports
+
+test: setup check pytest
+
+bench: setup
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,0 +1,64 @@
+"""A plain torchrun DDP script (no trainhub import) used by benchmarks/overhead.py.
+
+    torchrun --standalone --nproc-per-node 2 ddp_mlp.py --steps 300
+
+Trains an MLP on synthetic data and prints one line `RESULT {json}` on rank 0 with the
+steady-state samples/s (steps after warm-up) and the wall-clock time of its first step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=300)
+parser.add_argument("--warmup", type=int, default=20)
+parser.add_argument("--batch-size", type=int, default=64)
+parser.add_argument("--hidden", type=int, default=512)
+args = parser.parse_args()
+
+torch.set_num_threads(1)  # one core per rank: the ranks share the machine
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = DistributedDataParallel(
+    nn.Sequential(
+        nn.Linear(784, args.hidden),
+        nn.ReLU(),
+        nn.Linear(args.hidden, args.hidden),
+        nn.ReLU(),
+        nn.Linear(args.hidden, 10),
+    )
+)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(args.batch_size, 784)
+y = torch.randint(0, 10, (args.batch_size,))
+first_step_unix = 0.0
+for step in range(args.steps):
+    if step == args.warmup:
+        start = time.perf_counter()
+    optimizer.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    if step == 0:
+        first_step_unix = time.time()
+elapsed = time.perf_counter() - start
+samples = (args.steps - args.warmup) * args.batch_size * world
+if rank == 0:
+    result = {
+        "samples_per_s": samples / elapsed,
+        "first_step_unix": first_step_unix,
+        "world_size": world,
+        "pid": os.getpid(),
+    }
+    print("RESULT " + json.dumps(result), flush=True)
+dist.destroy_process_group()

@@ -1,0 +1,614 @@
+"""SQLAlchemy implementation of the repository port (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from trainhub.adapters.db.models import (
+    AttemptRow,
+    CheckpointRow,
+    ExperimentRow,
+    MembershipRow,
+    MetricRow,
+    TenantRow,
+    TokenRow,
+    TrialEventRow,
+    TrialRow,
+    UserRow,
+)
+from trainhub.core.errors import Conflict, NotFound
+from trainhub.core.states import ExperimentState, TrialState, check_transition
+from trainhub.service.records import (
+    Attempt,
+    AttemptUsage,
+    Checkpoint,
+    Experiment,
+    MetricPoint,
+    Tenant,
+    Token,
+    Trial,
+    TrialEvent,
+    User,
+)
+
+
+class SqlUnitOfWork:
+    """Callable that opens a unit of work: ``with uow() as repo: ...`` commits at the end."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @contextmanager
+    def __call__(self) -> Iterator[SqlRepository]:
+        with self._sessions() as session:
+            try:
+                yield SqlRepository(session)
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+
+
+def _tenant(row: TenantRow) -> Tenant:
+    return Tenant(row.id, row.name, row.guaranteed_slots, row.limit_slots, row.weight)
+
+
+def _token(row: TokenRow) -> Token:
+    return Token(
+        row.id,
+        row.prefix,
+        row.name,
+        row.user_id,
+        row.trial_id,
+        row.created_at,
+        row.expires_at,
+        row.revoked,
+        row.last_used_at,
+    )
+
+
+def _attempt(row: AttemptRow) -> Attempt:
+    return Attempt(
+        row.id,
+        row.trial_id,
+        row.number,
+        row.key,
+        tuple(row.placement),
+        row.restored_checkpoint_id,
+        row.token_id,
+        row.outcome,
+        tuple(row.exit_codes or ()),
+        row.detail,
+        row.created_at,
+        row.started_at,
+        row.ended_at,
+        row.num_slots,
+    )
+
+
+def _checkpoint(row: CheckpointRow) -> Checkpoint:
+    return Checkpoint(
+        row.id,
+        row.trial_id,
+        row.uuid,
+        row.step,
+        row.attempt,
+        dict(row.metrics or {}),
+        row.storage_key,
+        row.size_bytes,
+        row.created_at,
+    )
+
+
+class SqlRepository:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    # -- helpers --
+    def _tenant_row(self, name: str) -> TenantRow:
+        row = self.s.scalar(select(TenantRow).where(TenantRow.name == name))
+        if row is None:
+            raise NotFound(
+                f"tenant {name!r} does not exist", "list tenants with `trainhub tenants ls`"
+            )
+        return row
+
+    def _tenant_names(self) -> dict[int, str]:
+        return {t.id: t.name for t in self.s.scalars(select(TenantRow))}
+
+    def _trial_row(self, trial_id: int) -> TrialRow:
+        row = self.s.get(TrialRow, trial_id)
+        if row is None:
+            raise NotFound(f"trial {trial_id} does not exist")
+        return row
+
+    def _trial(self, row: TrialRow, tenant: str | None = None) -> Trial:
+        if tenant is None:
+            tenant = self.s.get_one(TenantRow, row.tenant_id).name
+        return Trial(
+            row.id,
+            row.experiment_id,
+            tenant,
+            TrialState(row.state),
+            dict(row.hparams or {}),
+            row.priority,
+            row.submitted_at,
+            row.queued_at,
+            row.started_at,
+            row.ended_at,
+            row.pending_reason,
+            row.num_attempts,
+            row.num_restarts,
+            row.stop_reason,
+            row.cancel_requested,
+            dict(row.latest_metrics or {}),
+            dict(row.progress or {}),
+            row.message,
+            row.queue_position,
+        )
+
+    def _experiment(self, row: ExperimentRow, tenants: dict[int, str] | None = None) -> Experiment:
+        tenant = (tenants or {}).get(row.tenant_id) or self.s.get_one(TenantRow, row.tenant_id).name
+        owner = self.s.get_one(UserRow, row.owner_id).username
+        trial_ids = tuple(
+            self.s.scalars(
+                select(TrialRow.id).where(TrialRow.experiment_id == row.id).order_by(TrialRow.id)
+            )
+        )
+        return Experiment(
+            row.id,
+            tenant,
+            owner,
+            row.name,
+            row.project,
+            ExperimentState(row.state),
+            dict(row.spec),
+            row.spec_yaml,
+            row.context_key,
+            row.context_size,
+            row.created_at,
+            row.ended_at,
+            trial_ids,
+        )
+
+    def _user(self, row: UserRow) -> User:
+        rows = self.s.execute(
+            select(TenantRow.name, MembershipRow.role)
+            .join(MembershipRow, MembershipRow.tenant_id == TenantRow.id)
+            .where(MembershipRow.user_id == row.id)
+        )
+        roles = {str(tenant): str(role) for tenant, role in rows}
+        return User(row.id, row.username, row.is_admin, row.active, roles)
+
+    # -- tenants --
+    def add_tenant(self, name: str, now: float) -> Tenant:
+        if self.s.scalar(select(TenantRow).where(TenantRow.name == name)) is not None:
+            raise Conflict(f"tenant {name!r} already exists", "choose another name")
+        row = TenantRow(name=name, created_at=now, guaranteed_slots=0, weight=1.0)
+        self.s.add(row)
+        self.s.flush()
+        return _tenant(row)
+
+    def get_tenant(self, name: str) -> Tenant | None:
+        row = self.s.scalar(select(TenantRow).where(TenantRow.name == name))
+        return _tenant(row) if row else None
+
+    def list_tenants(self) -> list[Tenant]:
+        return [_tenant(r) for r in self.s.scalars(select(TenantRow).order_by(TenantRow.name))]
+
+    def update_tenant(self, name: str, **fields: Any) -> Tenant:
+        row = self._tenant_row(name)
+        for key, value in fields.items():
+            setattr(row, key, value)
+        self.s.flush()
+        return _tenant(row)
+
+    # -- users --
+    def add_user(self, username: str, is_admin: bool, now: float) -> User:
+        if self.s.scalar(select(UserRow).where(UserRow.username == username)) is not None:
+            raise Conflict(f"user {username!r} already exists", "choose another username")
+        row = UserRow(username=username, is_admin=is_admin, active=True, created_at=now)
+        self.s.add(row)
+        self.s.flush()
+        return self._user(row)
+
+    def get_user(self, user_id: int) -> User | None:
+        row = self.s.get(UserRow, user_id)
+        return self._user(row) if row else None
+
+    def get_user_by_name(self, username: str) -> User | None:
+        row = self.s.scalar(select(UserRow).where(UserRow.username == username))
+        return self._user(row) if row else None
+
+    def list_users(self) -> list[User]:
+        return [self._user(r) for r in self.s.scalars(select(UserRow).order_by(UserRow.username))]
+
+    def set_membership(self, user_id: int, tenant_name: str, role: str) -> None:
+        tenant = self._tenant_row(tenant_name)
+        row = self.s.get(MembershipRow, (user_id, tenant.id))
+        if row is None:
+            self.s.add(MembershipRow(user_id=user_id, tenant_id=tenant.id, role=role))
+        else:
+            row.role = role
+        self.s.flush()
+
+    def remove_membership(self, user_id: int, tenant_name: str) -> None:
+        tenant = self._tenant_row(tenant_name)
+        row = self.s.get(MembershipRow, (user_id, tenant.id))
+        if row is not None:
+            self.s.delete(row)
+            self.s.flush()
+
+    # -- tokens --
+    def add_token(
+        self,
+        token_hash: str,
+        prefix: str,
+        name: str,
+        now: float,
+        user_id: int | None = None,
+        trial_id: int | None = None,
+        expires_at: float | None = None,
+    ) -> Token:
+        row = TokenRow(
+            token_hash=token_hash,
+            prefix=prefix,
+            name=name,
+            user_id=user_id,
+            trial_id=trial_id,
+            created_at=now,
+            expires_at=expires_at,
+            revoked=False,
+        )
+        self.s.add(row)
+        self.s.flush()
+        return _token(row)
+
+    def find_token(self, token_hash: str) -> Token | None:
+        row = self.s.scalar(select(TokenRow).where(TokenRow.token_hash == token_hash))
+        return _token(row) if row else None
+
+    def get_token(self, token_id: int) -> Token | None:
+        row = self.s.get(TokenRow, token_id)
+        return _token(row) if row else None
+
+    def list_tokens(self, user_id: int) -> list[Token]:
+        rows = self.s.scalars(
+            select(TokenRow).where(TokenRow.user_id == user_id).order_by(TokenRow.id)
+        )
+        return [_token(r) for r in rows]
+
+    def revoke_token(self, token_id: int) -> None:
+        row = self.s.get(TokenRow, token_id)
+        if row is not None:
+            row.revoked = True
+            self.s.flush()
+
+    def touch_token(self, token_id: int, now: float) -> None:
+        row = self.s.get(TokenRow, token_id)
+        if row is not None:
+            row.last_used_at = now
+
+    # -- experiments --
+    def add_experiment(
+        self,
+        tenant: str,
+        owner_id: int,
+        name: str,
+        project: str,
+        spec: dict[str, Any],
+        spec_yaml: str,
+        context_size: int,
+        now: float,
+    ) -> Experiment:
+        row = ExperimentRow(
+            tenant_id=self._tenant_row(tenant).id,
+            owner_id=owner_id,
+            name=name,
+            project=project,
+            state=ExperimentState.ACTIVE.value,
+            spec=spec,
+            spec_yaml=spec_yaml,
+            context_size=context_size,
+            created_at=now,
+        )
+        self.s.add(row)
+        self.s.flush()
+        return self._experiment(row)
+
+    def set_experiment_context(self, experiment_id: int, context_key: str) -> None:
+        self.s.get_one(ExperimentRow, experiment_id).context_key = context_key
+
+    def get_experiment(self, experiment_id: int) -> Experiment | None:
+        row = self.s.get(ExperimentRow, experiment_id)
+        return self._experiment(row) if row else None
+
+    def list_experiments(
+        self,
+        tenants: Iterable[str] | None,
+        state: ExperimentState | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[Experiment], int]:
+        query = select(ExperimentRow)
+        if tenants is not None:
+            names = list(tenants)
+            query = query.join(TenantRow, TenantRow.id == ExperimentRow.tenant_id).where(
+                TenantRow.name.in_(names)
+            )
+        if state is not None:
+            query = query.where(ExperimentRow.state == state.value)
+        count = self.s.scalar(select(func.count()).select_from(query.subquery())) or 0
+        rows = self.s.scalars(query.order_by(ExperimentRow.id.desc()).limit(limit).offset(offset))
+        tenant_names = self._tenant_names()
+        return [self._experiment(r, tenant_names) for r in rows], count
+
+    def set_experiment_state(
+        self, experiment_id: int, state: ExperimentState, ended_at: float | None
+    ) -> None:
+        row = self.s.get_one(ExperimentRow, experiment_id)
+        row.state = state.value
+        row.ended_at = ended_at
+
+    # -- trials --
+    def add_trial(
+        self, experiment_id: int, hparams: dict[str, Any], priority: str, now: float
+    ) -> Trial:
+        experiment = self.s.get_one(ExperimentRow, experiment_id)
+        row = TrialRow(
+            experiment_id=experiment_id,
+            tenant_id=experiment.tenant_id,
+            state=TrialState.QUEUED.value,
+            hparams=hparams,
+            priority=priority,
+            submitted_at=now,
+            queued_at=now,
+            pending_reason="waiting for the scheduler",
+            num_attempts=0,
+            num_restarts=0,
+            cancel_requested=False,
+            latest_metrics={},
+            progress={},
+        )
+        self.s.add(row)
+        self.s.flush()
+        return self._trial(row)
+
+    def get_trial(self, trial_id: int) -> Trial | None:
+        row = self.s.get(TrialRow, trial_id)
+        return self._trial(row) if row else None
+
+    def list_trials(self, experiment_id: int) -> list[Trial]:
+        rows = self.s.scalars(
+            select(TrialRow).where(TrialRow.experiment_id == experiment_id).order_by(TrialRow.id)
+        )
+        return [self._trial(r) for r in rows]
+
+    def trials_in_states(self, states: Sequence[TrialState]) -> list[Trial]:
+        rows = self.s.scalars(
+            select(TrialRow)
+            .where(TrialRow.state.in_([s.value for s in states]))
+            .order_by(TrialRow.id)
+        )
+        tenants = self._tenant_names()
+        return [self._trial(r, tenants[r.tenant_id]) for r in rows]
+
+    def set_trial_state(self, trial_id: int, state: TrialState, **fields: Any) -> Trial:
+        row = self._trial_row(trial_id)
+        check_transition(TrialState(row.state), state)
+        row.state = state.value
+        for key, value in fields.items():
+            setattr(row, key, value)
+        self.s.flush()
+        return self._trial(row)
+
+    def update_trial(self, trial_id: int, **fields: Any) -> Trial:
+        if "state" in fields:
+            raise ValueError("change a trial's state with set_trial_state")
+        row = self._trial_row(trial_id)
+        for key, value in fields.items():
+            setattr(row, key, value)
+        self.s.flush()
+        return self._trial(row)
+
+    def experiment_of(self, trial_id: int) -> Experiment:
+        row = self._trial_row(trial_id)
+        return self._experiment(self.s.get_one(ExperimentRow, row.experiment_id))
+
+    # -- attempts --
+    def add_attempt(
+        self,
+        trial_id: int,
+        number: int,
+        key: str,
+        placement: Sequence[str],
+        restored_checkpoint_id: int | None,
+        token_id: int | None,
+        now: float,
+        num_slots: int = 0,
+    ) -> Attempt:
+        row = AttemptRow(
+            num_slots=num_slots,
+            trial_id=trial_id,
+            number=number,
+            key=key,
+            placement=list(placement),
+            restored_checkpoint_id=restored_checkpoint_id,
+            token_id=token_id,
+            exit_codes=[],
+            created_at=now,
+        )
+        self.s.add(row)
+        self.s.flush()
+        return _attempt(row)
+
+    def open_attempt(self, trial_id: int) -> Attempt | None:
+        row = self.s.scalar(
+            select(AttemptRow)
+            .where(AttemptRow.trial_id == trial_id, AttemptRow.outcome.is_(None))
+            .order_by(AttemptRow.number.desc())
+        )
+        return _attempt(row) if row else None
+
+    def list_attempts(self, trial_id: int) -> list[Attempt]:
+        rows = self.s.scalars(
+            select(AttemptRow).where(AttemptRow.trial_id == trial_id).order_by(AttemptRow.number)
+        )
+        return [_attempt(r) for r in rows]
+
+    def update_attempt(self, attempt_id: int, **fields: Any) -> Attempt:
+        row = self.s.get_one(AttemptRow, attempt_id)
+        for key, value in fields.items():
+            setattr(row, key, list(value) if isinstance(value, tuple) else value)
+        self.s.flush()
+        return _attempt(row)
+
+    def attempt_usage(self, since: float) -> list[AttemptUsage]:
+        query = (
+            select(
+                TenantRow.name,
+                UserRow.username,
+                ExperimentRow.project,
+                AttemptRow.trial_id,
+                AttemptRow.num_slots,
+                AttemptRow.created_at,
+                AttemptRow.ended_at,
+            )
+            .join(TrialRow, TrialRow.id == AttemptRow.trial_id)
+            .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)
+            .join(TenantRow, TenantRow.id == ExperimentRow.tenant_id)
+            .join(UserRow, UserRow.id == ExperimentRow.owner_id)
+            .where((AttemptRow.ended_at.is_(None)) | (AttemptRow.ended_at > since))
+            .order_by(AttemptRow.id)
+        )
+        return [AttemptUsage(*row) for row in self.s.execute(query)]
+
+    def count_outcomes(self, trial_ids: Sequence[int], outcome: str) -> dict[int, int]:
+        if not trial_ids:
+            return {}
+        query = (
+            select(AttemptRow.trial_id, func.count())
+            .where(AttemptRow.trial_id.in_(list(trial_ids)), AttemptRow.outcome == outcome)
+            .group_by(AttemptRow.trial_id)
+        )
+        return {int(trial_id): int(count) for trial_id, count in self.s.execute(query)}
+
+    # -- metrics --
+    def upsert_metrics(
+        self,
+        trial_id: int,
+        attempt: int,
+        points: Sequence[tuple[int, dict[str, float]]],
+        now: float,
+    ) -> None:
+        merged: dict[int, dict[str, float]] = {}
+        for step, values in points:
+            merged.setdefault(step, {}).update(values)
+        if not merged:
+            return
+        existing = {
+            r.step: r
+            for r in self.s.scalars(
+                select(MetricRow).where(
+                    MetricRow.trial_id == trial_id, MetricRow.step.in_(list(merged))
+                )
+            )
+        }
+        for step, values in merged.items():
+            row = existing.get(step)
+            if row is None:
+                self.s.add(
+                    MetricRow(
+                        trial_id=trial_id,
+                        step=step,
+                        attempt=attempt,
+                        values=values,
+                        reported_at=now,
+                    )
+                )
+            else:
+                # a newer attempt's report of a step replaces an older attempt's values
+                base = dict(row.values) if row.attempt == attempt else {}
+                base.update(values)
+                row.values = base
+                row.attempt = attempt
+                row.reported_at = now
+        self.s.flush()
+
+    def list_metrics(
+        self, trial_id: int, after_step: int | None = None, limit: int = 10_000
+    ) -> list[MetricPoint]:
+        query = select(MetricRow).where(MetricRow.trial_id == trial_id)
+        if after_step is not None:
+            query = query.where(MetricRow.step > after_step)
+        rows = self.s.scalars(query.order_by(MetricRow.step).limit(limit))
+        return [MetricPoint(r.step, r.attempt, dict(r.values), r.reported_at) for r in rows]
+
+    # -- checkpoints --
+    def add_checkpoint(
+        self,
+        trial_id: int,
+        uuid: str,
+        step: int,
+        attempt: int,
+        metrics: dict[str, Any],
+        storage_key: str,
+        size_bytes: int,
+        now: float,
+    ) -> Checkpoint:
+        row = CheckpointRow(
+            trial_id=trial_id,
+            uuid=uuid,
+            step=step,
+            attempt=attempt,
+            metrics=metrics,
+            storage_key=storage_key,
+            size_bytes=size_bytes,
+            created_at=now,
+            deleted=False,
+        )
+        self.s.add(row)
+        try:
+            self.s.flush()
+        except IntegrityError:
+            raise Conflict(f"checkpoint {uuid} is already registered") from None
+        return _checkpoint(row)
+
+    def get_checkpoint_by_uuid(self, uuid: str) -> Checkpoint | None:
+        row = self.s.scalar(select(CheckpointRow).where(CheckpointRow.uuid == uuid))
+        return _checkpoint(row) if row else None
+
+    def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None:
+        row = self.s.get(CheckpointRow, checkpoint_id)
+        return _checkpoint(row) if row and not row.deleted else None
+
+    def list_checkpoints(self, trial_id: int) -> list[Checkpoint]:
+        rows = self.s.scalars(
+            select(CheckpointRow)
+            .where(CheckpointRow.trial_id == trial_id, CheckpointRow.deleted.is_(False))
+            .order_by(CheckpointRow.step, CheckpointRow.id)
+        )
+        return [_checkpoint(r) for r in rows]
+
+    def mark_checkpoint_deleted(self, checkpoint_id: int) -> None:
+        self.s.get_one(CheckpointRow, checkpoint_id).deleted = True
+
+    # -- events --
+    def add_event(self, trial_id: int, kind: str, message: str, now: float) -> None:
+        self.s.add(TrialEventRow(trial_id=trial_id, time=now, kind=kind, message=message))
+
+    def list_events(self, trial_id: int, limit: int = 100) -> list[TrialEvent]:
+        rows = self.s.scalars(
+            select(TrialEventRow)
+            .where(TrialEventRow.trial_id == trial_id)
+            .order_by(TrialEventRow.time.desc(), TrialEventRow.id.desc())
+            .limit(limit)
+        )
+        return [TrialEvent(r.time, r.kind, r.message) for r in reversed(list(rows))]

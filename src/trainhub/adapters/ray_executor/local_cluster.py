@@ -1,0 +1,273 @@
+"""A local Ray head in processes of its own, for the embedded (one machine) deployment.
+
+The head runs apart from the control plane (``ray start --head`` in a new session) so that
+trials, which are detached actors, outlive a control plane that stops or crashes. It is found
+again through a record in the state directory, and stopped by matching its own processes only:
+``ray stop`` would also stop every other Ray instance of the machine.
+
+Token authentication stays on: a token is created in ``~/.ray/auth_token`` when none exists
+(unless ``RAY_AUTH_MODE=disabled`` is set explicitly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from trainhub.core.errors import TrainhubError
+
+RECORD_NAME = "ray_head.json"
+START_LOG_NAME = "ray_start.log"
+_START_TIMEOUT_S = 90.0
+_STOP_GRACE_S = 2.0  # raylet and gcs_server often ignore SIGTERM for longer
+
+
+class LocalRayError(TrainhubError):
+    """The local Ray head could not be started."""
+
+    status_code = 503
+    code = "local_ray_unavailable"
+
+
+@dataclass(frozen=True)
+class HeadRecord:
+    address: str  # host:port of the GCS
+    temp_dir: str  # Ray's --temp-dir: sessions, logs, sockets of this head only
+    started_at: float
+
+
+def ensure_local_ray(
+    state_dir: Path, num_cpus: int | None = None, num_gpus: int | None = None
+) -> str:
+    """Return the address of the local Ray head of ``state_dir``, starting one if needed.
+
+    A head recorded in ``state_dir`` is reused when its GCS and raylet processes still run and
+    its port answers; a stale record (machine rebooted, head killed) is cleaned up and replaced.
+    ``num_cpus``/``num_gpus`` apply only to a head started now (``None``: what Ray detects).
+    """
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(state_dir):
+        record = read_record(state_dir)
+        if record is not None:
+            if head_answers(record):
+                return record.address
+            _kill_head_processes(record)
+        record = _start_head(state_dir, num_cpus, num_gpus)
+        _write_record(state_dir, record)
+        return record.address
+
+
+def stop_local_ray(state_dir: Path) -> None:
+    """Stop the head recorded in ``state_dir`` (its processes, its workers and their trials)."""
+    state_dir = Path(state_dir)
+    if not state_dir.exists():
+        return
+    with _locked(state_dir):
+        record = read_record(state_dir)
+        if record is None:
+            return
+        _kill_head_processes(record)
+        shutil.rmtree(record.temp_dir, ignore_errors=True)
+        (state_dir / RECORD_NAME).unlink(missing_ok=True)
+
+
+def read_record(state_dir: Path) -> HeadRecord | None:
+    try:
+        data = json.loads((Path(state_dir) / RECORD_NAME).read_text())
+        return HeadRecord(str(data["address"]), str(data["temp_dir"]), float(data["started_at"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def head_answers(record: HeadRecord) -> bool:
+    """Whether the recorded head's GCS and raylet run and its GCS port accepts connections."""
+    names = {p.name() for p in _head_processes(record, with_descendants=False)}
+    if not {"gcs_server", "raylet"} <= names:
+        return False
+    host, _, port = record.address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+# --- starting ---
+
+
+def _start_head(state_dir: Path, num_cpus: int | None, num_gpus: int | None) -> HeadRecord:
+    temp_dir = _temp_dir_for(state_dir)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    temp_dir.mkdir(parents=True)
+    env = dict(os.environ)
+    if env.get("RAY_AUTH_MODE", "").lower() != "disabled":
+        _ensure_auth_token()
+        env["RAY_AUTH_MODE"] = "token"
+    env.setdefault("TRAINHUB_NODE_WORK_DIR", str(state_dir / "work"))
+    env.pop("RAY_ADDRESS", None)
+    command = [
+        *_ray_cli(),
+        "start",
+        "--head",
+        f"--port={_free_port()}",
+        f"--ray-client-server-port={_free_port()}",
+        f"--dashboard-port={_free_port()}",
+        "--dashboard-agent-listen-port=0",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={temp_dir}",
+    ]
+    if num_cpus is not None:
+        command.append(f"--num-cpus={num_cpus}")
+    if num_gpus is not None:
+        command.append(f"--num-gpus={num_gpus}")
+    log_path = state_dir / START_LOG_NAME
+    with log_path.open("wb") as log:
+        try:
+            # a new session: the head must not get the control plane's Ctrl-C or SIGHUP
+            result = subprocess.run(
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                timeout=_START_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _kill_head_processes(HeadRecord("", str(temp_dir), 0.0))
+            raise LocalRayError(f"`ray start --head` failed: {exc}", hint=str(log_path)) from exc
+    address_file = temp_dir / "ray_current_cluster"
+    if result.returncode != 0 or not address_file.exists():
+        _kill_head_processes(HeadRecord("", str(temp_dir), 0.0))
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise LocalRayError(
+            f"`ray start --head` exited with code {result.returncode}: {tail}",
+            hint=f"full output in {log_path}",
+        )
+    return HeadRecord(address_file.read_text().strip(), str(temp_dir), time.time())
+
+
+def _ray_cli() -> list[str]:
+    beside = Path(sys.executable).with_name("ray")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("ray")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
+
+
+def _temp_dir_for(state_dir: Path) -> Path:
+    # short on purpose: Ray puts unix sockets under it (paths of at most 107 bytes)
+    digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:10]
+    base = Path(tempfile.gettempdir())
+    if len(str(base)) > 40:
+        base = Path("/tmp")
+    return base / f"trainhub-ray-{digest}"
+
+
+def _ensure_auth_token() -> None:
+    """Create ~/.ray/auth_token (what `ray get-auth-token --generate` does) if no token exists."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return
+    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if token_path:
+        if Path(token_path).is_file():
+            return
+        raise LocalRayError(f"RAY_AUTH_TOKEN_PATH={token_path} does not exist")
+    path = Path.home() / ".ray" / "auth_token"
+    if path.is_file() and path.stat().st_size > 0:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32))
+
+
+def _write_record(state_dir: Path, record: HeadRecord) -> None:
+    tmp = state_dir / f".{RECORD_NAME}.tmp"
+    tmp.write_text(json.dumps(asdict(record)))
+    tmp.replace(state_dir / RECORD_NAME)
+
+
+# --- stopping ---
+
+
+def _head_processes(record: HeadRecord, with_descendants: bool) -> list[psutil.Process]:
+    """The processes of this head only: their command lines name its temp dir or address."""
+    temp_dir = record.temp_dir.rstrip("/")
+    exact = {f"--address={record.address}", f"--gcs-address={record.address}"}
+    mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        args = proc.info.get("cmdline") or []
+        if proc.pid in mine:
+            continue
+        if any(
+            f"{temp_dir}/" in arg or arg.endswith(f"={temp_dir}") or arg in exact for arg in args
+        ):
+            found[proc.pid] = proc
+    if with_descendants:
+        for proc in list(found.values()):
+            with contextlib.suppress(psutil.Error):
+                for child in proc.children(recursive=True):
+                    if child.pid not in mine:
+                        found.setdefault(child.pid, child)
+    return list(found.values())
+
+
+def _kill_head_processes(record: HeadRecord) -> None:
+    procs = _head_processes(record, with_descendants=True)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + _STOP_GRACE_S
+    while procs and time.monotonic() < deadline:
+        procs = [p for p in procs if _running(p)]
+        time.sleep(0.1)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    with (state_dir / ".ray_head.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])

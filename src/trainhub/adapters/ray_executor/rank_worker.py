@@ -1,0 +1,328 @@
+"""The Ray actor that runs one rank of one attempt on the node its bundle was placed on.
+
+The actor starts its rank by itself, from a thread spawned in its constructor: it learns where
+the other ranks were placed from its placement group, asks rank 0 for the rendezvous address,
+unpacks the code context and starts the user's command. Nothing after actor creation depends on
+the process that launched the attempt, so a control plane that dies right after ``launch`` leaves
+a trial that still starts and runs.
+
+This module is imported inside Ray worker processes: it must stay light (standard library,
+psutil and ray only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import ray
+
+ENV_NODE_WORK_DIR = "TRAINHUB_NODE_WORK_DIR"  # set on a node to choose where attempts unpack
+SPOOL_ENV = "TRAINHUB_SPOOL_DIR"  # the same name as trainhub.runtime.protocol.ENV_SPOOL_DIR
+LOG_NAME = "output.log"
+
+# lifecycle of the rank inside the actor; the executor maps them onto RankPhase
+WAITING = "waiting"  # constructor ran, start thread not yet past rendezvous and unpacking
+RUNNING = "running"
+EXITED = "exited"
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+if _LIBC is not None:
+    _LIBC.prctl.restype = ctypes.c_int
+    _LIBC.prctl.argtypes = [
+        ctypes.c_int,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+    ]
+
+
+def actor_name(attempt_key: str, rank: int) -> str:
+    return f"{attempt_key}-rank{rank}"
+
+
+def node_work_root(configured: str | None) -> Path:
+    """Where a node keeps its attempts: configured, else $TRAINHUB_NODE_WORK_DIR, else tmp."""
+    root = configured or os.environ.get(ENV_NODE_WORK_DIR)
+    if root:
+        return Path(root)
+    return Path(tempfile.gettempdir()) / f"trainhub-work-{os.getuid()}"
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """What one rank actor needs besides the code archive."""
+
+    attempt_key: str
+    namespace: str
+    rank: int
+    world_size: int
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    fail_fast_grace_s: float | None
+    node_work_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """One answer of :meth:`RankWorker.status`."""
+
+    rank: int
+    world_size: int
+    phase: str  # WAITING | RUNNING | EXITED
+    exit_code: int | None
+    log_chunk: bytes
+    node_id: str
+    pid: int | None
+    detail: str = ""
+
+
+class RankWorker:
+    """Runs, watches, signals and cleans up the process tree of one rank."""
+
+    def __init__(self, spec: RankSpec, context_archive: bytes) -> None:
+        self._spec = spec
+        self._lock = threading.Lock()
+        self._phase = WAITING
+        self._exit_code: int | None = None
+        self._detail = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stopping = False  # terminate/cleanup asked: do not start, do not fail fast
+        self._tree: dict[int, psutil.Process] = {}  # descendants seen; safe from pid reuse
+        self._node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        self._node_id = ray.get_runtime_context().get_node_id()
+        self._master_port = _free_port() if spec.rank == 0 else 0
+        root = node_work_root(spec.node_work_dir) / spec.namespace / spec.attempt_key
+        self._attempt_dir = root
+        self._rank_dir = root / f"rank{spec.rank}"
+        if self._rank_dir.exists():  # a leftover of an earlier actor with the same name
+            shutil.rmtree(self._rank_dir, ignore_errors=True)
+        self._rank_dir.mkdir(parents=True)
+        self._log_path = self._rank_dir / LOG_NAME
+        self._log_path.touch()
+        # The thread that forks the user's process must outlive it: PR_SET_PDEATHSIG fires when
+        # the forking *thread* ends. It therefore waits for the process too.
+        self._thread = threading.Thread(
+            target=self._run, args=(context_archive,), name=f"rank{spec.rank}", daemon=True
+        )
+        self._thread.start()
+
+    # --- called by the executor (and by sibling ranks) ---
+
+    def master_address(self) -> tuple[str, int]:
+        """Rank 0's rendezvous address for torch.distributed (MASTER_ADDR, MASTER_PORT)."""
+        return self._node_ip, self._master_port
+
+    def status(self, log_offset: int, max_log_bytes: int) -> RankReport:
+        with self._lock:
+            phase, code, detail = self._phase, self._exit_code, self._detail
+            pid = self._proc.pid if self._proc is not None else None
+        return RankReport(
+            rank=self._spec.rank,
+            world_size=self._spec.world_size,
+            phase=phase,
+            exit_code=code,
+            log_chunk=self._read_log(log_offset, max_log_bytes),
+            node_id=self._node_id,
+            pid=pid,
+            detail=detail,
+        )
+
+    def terminate(self, grace_s: float) -> None:
+        """SIGTERM the process tree now, SIGKILL what is left of it after ``grace_s``."""
+        with self._lock:
+            self._stopping = True
+            proc = self._proc
+        if proc is None:
+            return  # the start thread sees _stopping and does not start the process
+        self._signal_tree(signal.SIGTERM)
+        timer = threading.Timer(max(0.0, grace_s), self._signal_tree, args=(signal.SIGKILL,))
+        timer.daemon = True
+        timer.start()
+
+    def cleanup(self) -> None:
+        """SIGKILL the process tree and delete this rank's node-local files (before ray.kill)."""
+        with self._lock:
+            self._stopping = True
+        self._signal_tree(signal.SIGKILL)
+        self._thread.join(timeout=2.0)
+        shutil.rmtree(self._rank_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            if not any(p.name.startswith("rank") for p in self._attempt_dir.iterdir()):
+                shutil.rmtree(self._attempt_dir, ignore_errors=True)
+
+    # --- the start thread ---
+
+    def _run(self, context_archive: bytes) -> None:
+        spec = self._spec
+        try:
+            env = self._environment()
+            code_dir = self._rank_dir / "code"
+            _unpack(context_archive, code_dir)
+        except Exception as exc:
+            self._finish(1, f"could not prepare rank {spec.rank}: {exc!r}")
+            self._after_exit(1)
+            return
+        log = self._log_path.open("ab")
+        try:
+            with self._lock:
+                if self._stopping:
+                    self._finish_locked(-signal.SIGTERM, "terminated before it started")
+                    return
+                parent = os.getpid()
+                self._proc = subprocess.Popen(
+                    list(spec.argv),
+                    cwd=code_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group: signals reach the tree
+                    preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509
+                )
+                self._phase = RUNNING
+        except OSError as exc:
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            self._finish(code, f"could not start {spec.argv[0]!r}: {exc}")
+            self._after_exit(code)
+            return
+        finally:
+            log.close()
+        code = self._proc.wait()
+        with self._lock:
+            self._phase, self._exit_code = EXITED, code
+        self._after_exit(code)
+
+    def _after_exit(self, code: int) -> None:
+        """A rank failed: the gang cannot finish, so stop the others (torchrun does the same)."""
+        with self._lock:
+            stopping = self._stopping
+        grace_s = self._spec.fail_fast_grace_s
+        if code != 0 and not stopping and grace_s is not None:
+            self._stop_siblings(grace_s)
+
+    def _environment(self) -> dict[str, str]:
+        spec = self._spec
+        nodes = self._rank_nodes()
+        if spec.rank == 0:
+            master_addr, master_port = self._node_ip, self._master_port
+        else:
+            rank0 = ray.get_actor(actor_name(spec.attempt_key, 0), namespace=spec.namespace)
+            master_addr, master_port = ray.get(rank0.master_address.remote(), timeout=300)
+        node_order = list(dict.fromkeys(nodes))  # nodes in order of their first rank
+        mine = nodes[spec.rank]
+        spool = self._attempt_dir / "spool"
+        spool.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.pop("RAY_AUTH_TOKEN", None)  # the cluster credential is not the user's business
+        env.update(spec.env)
+        env.update(
+            {
+                "RANK": str(spec.rank),
+                "LOCAL_RANK": str(nodes[: spec.rank].count(mine)),
+                "WORLD_SIZE": str(spec.world_size),
+                "LOCAL_WORLD_SIZE": str(nodes.count(mine)),
+                "GROUP_RANK": str(node_order.index(mine)),
+                "NODE_RANK": str(node_order.index(mine)),
+                "GROUP_WORLD_SIZE": str(len(node_order)),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(master_port),
+                SPOOL_ENV: str(spool),
+                "PYTHONUNBUFFERED": "1",
+                # `python` in the entrypoint is the interpreter this actor runs on
+                "PATH": os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")]),
+            }
+        )
+        return env
+
+    def _rank_nodes(self) -> list[str]:
+        """The node id of every rank of the attempt (rank i runs in bundle i)."""
+        from ray.util.placement_group import get_current_placement_group, placement_group_table
+
+        pg = get_current_placement_group()
+        if pg is None:
+            return [self._node_id] * self._spec.world_size
+        table = placement_group_table(pg)["bundles_to_node_id"]
+        return [str(table[i]) for i in range(self._spec.world_size)]
+
+    def _stop_siblings(self, grace_s: float) -> None:
+        spec = self._spec
+        for rank in range(spec.world_size):
+            if rank == spec.rank:
+                continue
+            with contextlib.suppress(Exception):
+                sibling = ray.get_actor(
+                    actor_name(spec.attempt_key, rank), namespace=spec.namespace
+                )
+                sibling.terminate.remote(grace_s)
+
+    def _finish(self, exit_code: int, message: str) -> None:
+        with self._lock:
+            self._finish_locked(exit_code, message)
+
+    def _finish_locked(self, exit_code: int, message: str) -> None:
+        with contextlib.suppress(OSError), self._log_path.open("ab") as log:
+            log.write(f"[trainhub] {message}\n".encode())
+        self._phase, self._exit_code, self._detail = EXITED, exit_code, message
+
+    # --- signals and logs ---
+
+    def _signal_tree(self, sig: int) -> None:
+        """Signal the rank's process group and every descendant seen so far."""
+        proc = self._proc
+        if proc is None:
+            return
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                self._tree.setdefault(child.pid, child)
+        if proc.returncode is None or self._tree:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)  # pgid == pid: started in a new session
+        for child in self._tree.values():
+            with contextlib.suppress(psutil.Error):
+                child.send_signal(sig)  # psutil checks the start time: no stray pid reuse
+
+    def _read_log(self, offset: int, max_bytes: int) -> bytes:
+        try:
+            with self._log_path.open("rb") as log:
+                log.seek(max(0, offset))
+                return log.read(max_bytes)
+        except OSError:
+            return b""
+
+
+def _unpack(archive: bytes, target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    if not archive:
+        return
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
+        tar.extractall(target, filter="data")
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """In the forked child: SIGKILL me when the actor dies (ray.kill, OOM, crash)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the actor died between fork and prctl
+        os._exit(137)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,65 @@
+"""The queue, priorities and usage accounting."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Response
+
+from trainhub.api.deps import CurrentPrincipal, ServicesDep
+from trainhub.api.schemas import (
+    QueuePublic,
+    TenantSharePublic,
+    TrialPublic,
+    TrialUpdate,
+    UsagePublic,
+    UsageRowPublic,
+)
+
+router = APIRouter(tags=["scheduling"])
+
+
+@router.get("/queue", response_model=QueuePublic)
+def get_queue(services: ServicesDep, principal: CurrentPrincipal) -> QueuePublic:
+    """Queued trials in scheduling order, each with its position and pending reason."""
+    trials = services.experiments.queue(principal)
+    return QueuePublic(data=[TrialPublic.of(t) for t in trials], count=len(trials))
+
+
+@router.patch("/trials/{trial_id}", response_model=TrialPublic)
+def update_trial(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: int, body: TrialUpdate
+) -> TrialPublic:
+    return TrialPublic.of(services.experiments.set_priority(principal, trial_id, body.priority))
+
+
+@router.get(
+    "/usage",
+    response_model=UsagePublic,
+    responses={200: {"content": {"text/csv": {}}}},
+)
+def get_usage(
+    services: ServicesDep,
+    principal: CurrentPrincipal,
+    since: Annotated[float | None, Query(description="Unix seconds; default 7 days ago")] = None,
+    until: Annotated[float | None, Query(description="Unix seconds; default now")] = None,
+    format: Literal["json", "csv"] = "json",
+) -> UsagePublic | Response:
+    """Allocated slot-hours per day, tenant, user and project; each tenant's share vs its
+    guarantee over the period."""
+    report = services.usage.report(principal, since, until)
+    if format == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(["day", "tenant", "user", "project", "slot_hours"])
+        for row in report.rows:
+            writer.writerow([row.day, row.tenant, row.user, row.project, f"{row.slot_hours:.4f}"])
+        return Response(buffer.getvalue(), media_type="text/csv")
+    return UsagePublic(
+        since=report.since,
+        until=report.until,
+        data=[UsageRowPublic(**vars(r)) for r in report.rows],
+        tenants=[TenantSharePublic(**vars(t)) for t in report.tenants],
+    )

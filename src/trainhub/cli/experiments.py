@@ -1,0 +1,332 @@
+"""Commands on experiments and trials: submit, ls, show, cancel, logs, metrics."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.text import Text
+
+from trainhub.cli.session import (
+    EXIT_INTERRUPTED,
+    EXIT_INVALID_INPUT,
+    connect,
+    err,
+    fail,
+    out,
+    print_field_errors,
+)
+from trainhub.core.states import ExperimentState
+
+if TYPE_CHECKING:
+    from trainhub.cli.context import PackedContext
+    from trainhub.client import TrainhubClient
+    from trainhub.core.spec import ExperimentSpec
+
+JSON = dict[str, Any]
+
+
+# -- submit --
+
+
+def _load_spec(spec_file: Path) -> tuple[str, ExperimentSpec]:
+    from trainhub.core.errors import InvalidSpec
+    from trainhub.core.spec import parse_spec
+
+    try:
+        text = spec_file.read_text()
+    except OSError as exc:
+        message = f"cannot read the spec {spec_file}: {exc.strerror}"
+        raise fail(message, code=EXIT_INVALID_INPUT) from None
+    try:
+        return text, parse_spec(text)
+    except InvalidSpec as exc:
+        err.print(f"[bold red]{escape(str(spec_file))} is not a valid experiment spec:[/]")
+        print_field_errors(exc.errors)
+        raise typer.Exit(EXIT_INVALID_INPUT) from None
+
+
+def _pack(spec: ExperimentSpec, root: Path) -> PackedContext:
+    from trainhub.cli.context import ContextError, human_bytes, pack_context
+    from trainhub.core.errors import InvalidSpec
+    from trainhub.core.spec import check_entrypoint_exists, entrypoint_script
+
+    try:
+        packed = pack_context(root)
+    except ContextError as exc:
+        raise fail(str(exc), code=EXIT_INVALID_INPUT) from None
+    try:
+        check_entrypoint_exists(spec, packed.names)
+    except InvalidSpec as exc:
+        err.print("[bold red]the entrypoint cannot run from the code context:[/]")
+        print_field_errors(exc.errors)
+        script = entrypoint_script(spec.entrypoint) or ""
+        if script and (root / script).exists():
+            err.print(
+                f"[dim]hint:[/] {escape(str(root / script))} exists but is excluded by a "
+                ".gitignore or .trainhubignore pattern; re-include it with a line "
+                f"`!{escape(script)}` in {escape(str(root / '.trainhubignore'))}"
+            )
+        else:
+            err.print(
+                f"[dim]the code context is {escape(str(root))} ({len(packed.files)} files)[/]"
+            )
+        raise typer.Exit(EXIT_INVALID_INPUT) from None
+    note = (
+        f"packed {root}: {len(packed.files)} files, {human_bytes(packed.unpacked_bytes)} "
+        f"({human_bytes(len(packed.data))} compressed)"
+    )
+    err.print(f"[dim]{escape(note)}[/]")
+    for skipped in packed.skipped:
+        err.print(f"[yellow]skipped {escape(skipped)}[/]")
+    return packed
+
+
+def submit(
+    spec_file: Annotated[
+        Path, typer.Argument(metavar="SPEC.yaml", help="The experiment spec (YAML).")
+    ],
+    context_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--context",
+            "-C",
+            help="The code directory to upload; default: the spec file's directory. "
+            ".gitignore and .trainhubignore patterns are honoured.",
+            file_okay=False,
+        ),
+    ] = None,
+    tenant: Annotated[
+        str | None, typer.Option(help="Tenant to submit to; default: your only tenant.")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Show the trial live until it ends.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option(help="Validate and pack, list the files, upload nothing.")
+    ] = False,
+) -> None:
+    """Validate a spec, pack its code directory, and submit the experiment.
+
+    The spec and the entrypoint are checked here first; nothing is uploaded when they are wrong
+    (exit code 2). With --follow the exit code is 0 when the trial completes, 1 otherwise.
+    """
+    spec_yaml, spec = _load_spec(spec_file)
+    root = (context_dir or spec_file.parent).resolve()
+    packed = _pack(spec, root)
+    if dry_run:
+        for f in packed.files:
+            out.print(Text(f.path))
+        return
+    with connect() as client:
+        experiment = client.submit_experiment(spec_yaml, packed.data, tenant)
+        trials = experiment["trials"]
+        out.print(
+            f"Submitted experiment [bold]{experiment['id']}[/] ({escape(experiment['name'])}) "
+            f"to tenant {escape(experiment['tenant'])}: "
+            + ", ".join(f"trial [bold]{t['id']}[/] {t['state']}" for t in trials)
+        )
+        from trainhub.cli.render import next_steps
+
+        first = trials[0]["id"] if trials else None
+        if not follow:
+            steps = [(f"trainhub show {experiment['id']}", "state, attempts, metrics")]
+            if first is not None:
+                steps += [
+                    (f"trainhub show --trial {first} -f", "follow it live until it ends"),
+                    (f"trainhub logs {first} -f", "follow the output of rank 0"),
+                ]
+            steps.append((f"trainhub cancel {experiment['id']}", "cancel it"))
+            out.print(next_steps(steps), end="")
+            return
+        if first is None:
+            return
+        if len(trials) > 1:
+            err.print(f"[dim]following trial {first}, the first of {len(trials)}[/]")
+        raise typer.Exit(_follow(client, first))
+
+
+def _follow(client: TrainhubClient, trial_id: int) -> int:
+    from trainhub.cli.follow import exit_code_of, follow_trial
+
+    try:
+        trial = follow_trial(client, trial_id, out)
+    except KeyboardInterrupt:
+        err.print(
+            f"\nstopped following; trial {trial_id} keeps running. "
+            f"Follow again with `trainhub show --trial {trial_id} -f`, "
+            f"cancel it with `trainhub cancel --trial {trial_id}`."
+        )
+        return EXIT_INTERRUPTED
+    return exit_code_of(trial)
+
+
+# -- ls, show, cancel --
+
+
+def ls(
+    state: Annotated[
+        ExperimentState | None,
+        typer.Option("--state", "-s", case_sensitive=False, help="Only experiments in this state."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000)] = 20,
+) -> None:
+    """List experiments, newest first."""
+    from trainhub.cli.render import experiments_table
+
+    with connect() as client:
+        page = client.list_experiments(state.value if state else None, limit)
+    if not page["data"]:
+        out.print("no experiments" + (f" in state {state.value}" if state else ""))
+        return
+    out.print(experiments_table(page["data"]))
+    if page["count"] > len(page["data"]):
+        err.print(f"[dim]showing {len(page['data'])} of {page['count']}; use --limit[/]")
+
+
+TrialFlag = Annotated[bool, typer.Option("--trial", "-t", help="ID is a trial id.")]
+
+
+def show(
+    id_: Annotated[
+        int, typer.Argument(metavar="ID", help="An experiment id (a trial id with --trial).")
+    ],
+    trial: TrialFlag = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Follow the trial live until it ends.")
+    ] = False,
+) -> None:
+    """Show an experiment (and its trial, when it has one), or a trial with --trial.
+
+    A trial shows its state, pending reason, progress, latest metrics, "where the time goes"
+    (time/*, comm/*, throughput/* metrics), attempts, checkpoints and recent events.
+    """
+    from trainhub.cli.render import experiment_view, trial_view
+
+    with connect() as client:
+        if trial:
+            if follow:
+                raise typer.Exit(_follow(client, id_))
+            out.print(trial_view(client.get_trial(id_)))
+            return
+        experiment = client.get_experiment(id_)
+        trial_ids = experiment["trial_ids"]
+        if follow:
+            if len(trial_ids) != 1:
+                raise fail(
+                    f"experiment {id_} has {len(trial_ids)} trials",
+                    "follow one of them with `trainhub show --trial ID -f`",
+                )
+            raise typer.Exit(_follow(client, trial_ids[0]))
+        out.print(experiment_view(experiment))
+        if len(trial_ids) == 1:
+            out.print()
+            out.print(trial_view(client.get_trial(trial_ids[0])))
+
+
+def cancel(
+    id_: Annotated[
+        int, typer.Argument(metavar="ID", help="An experiment id (a trial id with --trial).")
+    ],
+    trial: TrialFlag = False,
+) -> None:
+    """Cancel an experiment's unfinished trials, or one trial with --trial.
+
+    Queued trials end at once; running ones are stopped within a scheduler tick.
+    """
+    with connect() as client:
+        if trial:
+            trials = [client.cancel_trial(id_)]
+            out.print(f"trial {id_}: {_cancel_state(trials[0])}")
+            return
+        experiment = client.cancel_experiment(id_)
+        out.print(f"experiment {id_} ({escape(experiment['name'])}): {experiment['state']}")
+        for t in experiment["trials"]:
+            out.print(f"  trial {t['id']}: {_cancel_state(t)}")
+
+
+def _cancel_state(t: JSON) -> str:
+    if t["state"] in ("CANCELED", "COMPLETED", "FAILED", "PRUNED"):
+        return str(t["state"])
+    return f"{t['state']}, stopping (it checkpoints and exits within a scheduler tick)"
+
+
+# -- logs, metrics --
+
+
+def logs(
+    trial_id: Annotated[int, typer.Argument(metavar="TRIAL_ID")],
+    rank: Annotated[int, typer.Option("--rank", "-r", min=0, help="Which rank's output.")] = 0,
+    attempt: Annotated[
+        int | None, typer.Option("--attempt", "-a", min=1, help="Default: the latest.")
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option("--follow", "-f", help="Keep printing new output until the trial ends."),
+    ] = False,
+    poll_interval_s: Annotated[float, typer.Option(hidden=True)] = 1.0,
+) -> None:
+    """Print the output (stdout and stderr) of one rank of a trial."""
+    with connect() as client:
+        first = client.read_logs(trial_id, rank, attempt, 0, limit=1)
+        if first["attempt"] == 0:
+            t = client.get_trial(trial_id)
+            why = f" ({t['pending_reason']})" if t.get("pending_reason") else ""
+            if first["complete"]:
+                err.print(f"trial {trial_id} ended ({t['state']}) without running")
+                return
+            if not follow:
+                err.print(
+                    f"trial {trial_id} has no attempts yet: it is {t['state']}{escape(why)}; "
+                    f"follow its output with `trainhub logs {trial_id} -f`"
+                )
+                return
+            err.print(f"[dim]waiting for trial {trial_id} to start: {t['state']}{escape(why)}[/]")
+        shown_attempt: int | None = None
+        printed = False
+        try:
+            for chunk in client.iter_logs(
+                trial_id, rank, attempt, follow=follow, poll_interval_s=poll_interval_s
+            ):
+                if shown_attempt is not None and chunk["attempt"] != shown_attempt:
+                    err.print(f"[dim]--- attempt {chunk['attempt']} ---[/]")
+                shown_attempt = chunk["attempt"]
+                sys.stdout.write(chunk["text"])
+                sys.stdout.flush()
+                printed = True
+        except KeyboardInterrupt:
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        if not printed:
+            err.print(f"attempt {first['attempt']}, rank {rank} has written no output yet")
+
+
+def metrics(
+    trial_id: Annotated[int, typer.Argument(metavar="TRIAL_ID")],
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
+    keys: Annotated[
+        str | None, typer.Option("--keys", "-k", help="Comma-separated metric names to show.")
+    ] = None,
+) -> None:
+    """Print the metrics a trial reported, one row per step."""
+    from trainhub.cli.render import metric_keys, metric_points_table
+
+    with connect() as client:
+        points = client.list_metrics(trial_id, limit=100_000)
+    names = [k.strip() for k in keys.split(",") if k.strip()] if keys else metric_keys(points)
+    if as_csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["step", "attempt", "reported_at", *names])
+        for p in points:
+            values = p["values"]
+            writer.writerow(
+                [p["step"], p["attempt"], p["reported_at"], *(values.get(k, "") for k in names)]
+            )
+        return
+    if not points:
+        err.print(f"trial {trial_id} has reported no metrics yet")
+        return
+    out.print(metric_points_table(points, names))

@@ -1,0 +1,135 @@
+"""Following a trial until it ends: a live view on a terminal, one line per change elsewhere.
+
+:func:`follow_trial` takes the client, so tests drive it against a real server whose trial
+state they set through the repository. Ctrl-C raises KeyboardInterrupt out of it; the caller
+says that only the following stopped (the trial keeps running).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.text import Text
+
+from trainhub.cli import render
+from trainhub.client import TERMINAL_STATES
+
+if TYPE_CHECKING:
+    from trainhub.client import TrainhubClient
+
+JSON = dict[str, Any]
+
+
+def live_view(trial: JSON, now: float | None = None) -> RenderableType:
+    """What the live view shows while a trial has not ended."""
+    parts: list[RenderableType] = [render.trial_status_line(trial, now)]
+    if trial["state"] == "QUEUED" and trial.get("pending_reason"):
+        parts.append(Text.assemble(("pending: ", "dim"), (trial["pending_reason"], "yellow")))
+    if trial.get("message"):
+        parts.append(Text(trial["message"], style="dim"))
+    progress = render.progress_renderable(trial.get("progress") or {})
+    if progress is not None:
+        parts.append(progress)
+    plain, _ = render.split_metrics(trial.get("latest_metrics") or {})
+    if plain:
+        step = trial["latest_metrics"].get("step")
+        values = "  ".join(f"{k} {render.fmt_value(v)}" for k, v in sorted(plain.items()))
+        parts.append(Text(f"step {step}: {values}" if step is not None else values))
+    parts.append(Text("Ctrl-C stops following; the trial keeps running", style="dim"))
+    return Group(*parts)
+
+
+def final_view(trial: JSON) -> RenderableType:
+    """The summary printed once the trial has ended: outcome, final metrics, timings."""
+    parts: list[RenderableType] = [render.trial_status_line(trial)]
+    if trial.get("message"):
+        style = "red" if trial["state"] == "FAILED" else "dim"
+        parts.append(Text(trial["message"], style=style))
+    attempts = trial.get("attempts") or []
+    if trial["state"] == "FAILED" and attempts and attempts[-1].get("detail"):
+        parts.append(Text(f"last attempt: {attempts[-1]['detail']}", style="red"))
+    plain, profiling = render.split_metrics(trial.get("latest_metrics") or {})
+    if plain:
+        step = trial["latest_metrics"].get("step")
+        title = "final metrics" + (f" (step {step})" if step is not None else "")
+        parts += [Text(""), render.metrics_table(plain, title)]
+    timing = render.timing_table(profiling)
+    if timing is not None:
+        parts += [Text(""), timing]
+    return Group(*parts)
+
+
+def _change_line(trial: JSON) -> Text:
+    line = render.trial_status_line(trial)
+    if trial["state"] == "QUEUED" and trial.get("pending_reason"):
+        line.append(f": {trial['pending_reason']}", style="yellow")
+    progress = trial.get("progress") or {}
+    if progress.get("total") and progress.get("current") is not None:
+        current, total = float(progress["current"]), float(progress["total"])
+        unit = progress.get("unit") or "steps"
+        line.append(
+            f", {render.fmt_value(current)}/{render.fmt_value(total)} {unit} "
+            f"({current / total:.0%})"
+        )
+    return line
+
+
+def _change_key(trial: JSON) -> tuple[object, ...]:
+    """What a line is printed for when it changes: state, pending reason, each tenth of progress."""
+    progress = trial.get("progress") or {}
+    tenth = None
+    if progress.get("total") and progress.get("current") is not None:
+        tenth = int(10 * float(progress["current"]) / float(progress["total"]))
+    return (trial["state"], trial.get("pending_reason"), trial["num_attempts"], tenth)
+
+
+def follow_trial(
+    client: TrainhubClient,
+    trial_id: int,
+    console: Console,
+    *,
+    poll_interval_s: float = 1.0,
+    live: bool | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> JSON:
+    """Show the trial until it ends and return its final details.
+
+    Args:
+        client: the API client.
+        trial_id: the trial to follow.
+        console: where to draw.
+        poll_interval_s: seconds between polls.
+        live: redraw in place (Rich Live); default: when ``console`` is a terminal. Otherwise
+            a line is printed whenever the state or the pending reason changes.
+        sleep: how to wait between polls (tests pass a fake).
+    """
+    use_live = console.is_terminal if live is None else live
+    trial = client.get_trial(trial_id)
+    if use_live:
+        with Live(live_view(trial), console=console, refresh_per_second=4, transient=True) as view:
+            while trial["state"] not in TERMINAL_STATES:
+                sleep(poll_interval_s)
+                trial = client.get_trial(trial_id)
+                view.update(live_view(trial), refresh=True)
+    else:
+        last: tuple[object, ...] | None = None
+        while True:
+            key = _change_key(trial)
+            if key != last and trial["state"] not in TERMINAL_STATES:
+                console.print(_change_line(trial))
+                last = key
+            if trial["state"] in TERMINAL_STATES:
+                break
+            sleep(poll_interval_s)
+            trial = client.get_trial(trial_id)
+    console.print(final_view(trial))
+    return trial
+
+
+def exit_code_of(trial: JSON) -> int:
+    """0 when the trial completed, 1 when it failed, was canceled or pruned."""
+    return 0 if trial["state"] == "COMPLETED" else 1

@@ -1,0 +1,209 @@
+"""The ``trainhub`` command line: run the server, submit and watch experiments, administer.
+
+Commands talk to the server at TRAINHUB_URL with TRAINHUB_TOKEN, or to what ``trainhub login``
+saved. Importing this module is cheap: the server side, the spec parser and the HTTP client are
+imported inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trainhub.cli import admin, auth, experiments, scheduling
+
+
+class Policy(StrEnum):
+    FAIR = "fair"
+    FIFO = "fifo"
+    SJF = "sjf"
+    LAS = "las"
+
+
+app = typer.Typer(
+    name="trainhub",
+    help="Deep-learning training as a service. Talks to TRAINHUB_URL with TRAINHUB_TOKEN, "
+    "or to the server saved by `trainhub login`.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # locals would print tokens
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+app.command(rich_help_panel="Experiments")(experiments.submit)
+app.command(rich_help_panel="Experiments")(experiments.ls)
+app.command(rich_help_panel="Experiments")(experiments.show)
+app.command(rich_help_panel="Experiments")(experiments.logs)
+app.command(rich_help_panel="Experiments")(experiments.metrics)
+app.command(rich_help_panel="Experiments")(experiments.cancel)
+app.command(rich_help_panel="Scheduling")(scheduling.queue)
+app.command(rich_help_panel="Scheduling")(scheduling.priority)
+app.command(rich_help_panel="Scheduling")(scheduling.usage)
+app.command(rich_help_panel="Account")(auth.login)
+app.command(rich_help_panel="Account")(auth.logout)
+app.command(rich_help_panel="Account")(auth.whoami)
+app.add_typer(admin.tenants_app, name="tenants", rich_help_panel="Administration")
+app.add_typer(admin.users_app, name="users", rich_help_panel="Administration")
+app.add_typer(admin.tokens_app, name="tokens", rich_help_panel="Administration")
+app.command(rich_help_panel="Administration")(admin.cluster)
+
+
+@app.command(rich_help_panel="Control plane")
+def server(
+    db: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TRAINHUB_DB_URL",
+            help="Database URL: sqlite:///PATH or postgresql://USER@HOST/DB; "
+            "default: SQLite in the home directory.",
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TRAINHUB_RAY_ADDRESS",
+            help="Address of a Ray cluster (HOST:PORT); default: a local Ray started once.",
+        ),
+    ] = None,
+    storage: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="TRAINHUB_STORAGE",
+            help="Directory for contexts, logs and checkpoints; default: HOME/artifacts.",
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(envvar="TRAINHUB_HOST")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="TRAINHUB_PORT", min=1, max=65535)] = 8080,
+    home: Annotated[
+        Path | None,
+        typer.Option(envvar="TRAINHUB_HOME", help="State directory; default: ~/.trainhub."),
+    ] = None,
+    advertise_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TRAINHUB_ADVERTISE_URL",
+            help="The URL trials use to reach this server; default: http://HOST:PORT.",
+        ),
+    ] = None,
+    num_cpus: Annotated[
+        int | None, typer.Option(min=1, help="CPUs of a local Ray started now.")
+    ] = None,
+    num_gpus: Annotated[
+        int | None, typer.Option(min=0, help="GPUs of a local Ray started now.")
+    ] = None,
+    tick_interval_s: Annotated[
+        float, typer.Option(min=0.05, help="Seconds between scheduler ticks.")
+    ] = 1.0,
+    policy: Annotated[
+        Policy | None,
+        typer.Option(
+            envvar="TRAINHUB_POLICY",
+            case_sensitive=False,
+            help="Scheduling policy: fair share with guarantees and preemption, first in first "
+            "out, shortest job first, or least attained service; default: fifo.",
+        ),
+    ] = None,
+    min_run_time_s: Annotated[
+        float | None,
+        typer.Option(
+            envvar="TRAINHUB_MIN_RUN_TIME_S",
+            min=0.0,
+            help="Seconds a trial runs before it may be preempted (fair share); default: 600.",
+        ),
+    ] = None,
+    preemption_cooldown_s: Annotated[
+        float | None,
+        typer.Option(
+            envvar="TRAINHUB_PREEMPTION_COOLDOWN_S",
+            min=0.0,
+            help="Seconds a trial that was preempted before is protected after each restart, "
+            "on top of the minimum run time (fair share); default: 1800.",
+        ),
+    ] = None,
+    usage_half_life_s: Annotated[
+        float | None,
+        typer.Option(
+            envvar="TRAINHUB_USAGE_HALF_LIFE_S",
+            min=0.001,
+            help="Half-life of the past usage fair share orders tenants by; default: 86400.",
+        ),
+    ] = None,
+) -> None:
+    """Run the control plane (API and scheduler) until interrupted.
+
+    On its first start it creates the user 'admin' and prints an admin token (also saved to
+    HOME/admin-token).
+    """
+    from trainhub.cli.session import fail
+    from trainhub.server import Settings, serve
+
+    settings = Settings(
+        db_url=db,
+        storage=storage.expanduser().resolve() if storage else None,
+        ray_address=ray_address,
+        host=host,
+        port=port,
+        advertise_url=advertise_url,
+        ray_num_cpus=num_cpus,
+        ray_num_gpus=num_gpus,
+        tick_interval_s=tick_interval_s,
+    )
+    if home is not None:
+        settings = dataclasses.replace(settings, home=home.expanduser().resolve())
+    # options left unset keep the Settings defaults
+    if policy is not None:
+        settings = dataclasses.replace(settings, policy=policy.value)
+    if min_run_time_s is not None:
+        settings = dataclasses.replace(settings, min_run_time_s=min_run_time_s)
+    if preemption_cooldown_s is not None:
+        settings = dataclasses.replace(settings, preemption_cooldown_s=preemption_cooldown_s)
+    if usage_half_life_s is not None:
+        settings = dataclasses.replace(settings, usage_half_life_s=usage_half_life_s)
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        serve(settings)
+    except OperationalError as exc:
+        raise fail(
+            f"cannot open the database {_redact(settings.database_url)}: {exc.orig or exc}",
+            "check --db (postgresql://USER:PASSWORD@HOST:PORT/DB) and that the server runs",
+        ) from None
+    except KeyboardInterrupt:
+        pass
+
+
+def _redact(url: str) -> str:
+    """``postgresql://u:secret@h/db`` -> ``postgresql://u:***@h/db``."""
+    return re.sub(r"(://[^:/@]+:)[^/]*@", r"\1***@", url)
+
+
+def _mount_sim() -> None:
+    """``trainhub sim`` comes from trainhub.cli.sim when that module exists."""
+    if importlib.util.find_spec("trainhub.cli.sim") is None:
+        return
+    try:
+        sim = importlib.import_module("trainhub.cli.sim")
+    except ImportError as exc:
+        reason = str(exc)
+
+        @app.command("sim", rich_help_panel="Control plane")
+        def sim_unavailable() -> None:
+            """The cluster simulator (unavailable here)."""
+            from trainhub.cli.session import fail
+
+            raise fail(f"trainhub sim cannot load: {reason}")
+
+        return
+    app.add_typer(sim.app, name="sim", rich_help_panel="Control plane")
+
+
+_mount_sim()
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,106 @@
+"""The CLI's connection to the server and how it reports errors: a message, never a traceback.
+
+Every command that talks to the server does so inside ``with connect() as client:``; an API
+error becomes a readable message (with the per-field errors) and exit code 1, an unreachable
+server says how to start one, a 401 says how to log in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+if TYPE_CHECKING:
+    from trainhub.client import ApiError, Connection, TrainhubClient
+
+EXIT_API_ERROR = 1
+EXIT_INVALID_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+# Console() looks up sys.stdout at each write, so these follow redirection (and CliRunner).
+out = Console(highlight=False, soft_wrap=True)  # plain lines (paths, commands) never break
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # messages hold commands to copy
+
+
+def fail(message: str, hint: str = "", code: int = EXIT_API_ERROR) -> typer.Exit:
+    """Print an error (and a hint) to stderr; return the Exit to raise."""
+    err.print(f"[bold red]error:[/] {escape(message)}")
+    if hint:
+        err.print(f"[dim]hint:[/] {escape(hint)}")
+    return typer.Exit(code)
+
+
+def print_field_errors(errors: Sequence[Any]) -> None:
+    """Print ``path: message (hint)`` for each field error, in red.
+
+    Accepts :class:`trainhub.core.errors.FieldError` objects and the API's JSON dicts alike.
+    """
+    for e in errors:
+        path, message, hint = (
+            (e.get("path", ""), e.get("message", ""), e.get("hint", ""))
+            if isinstance(e, dict)
+            else (e.path, e.message, e.hint)
+        )
+        text = f"{path or '<root>'}: {message}" + (f" ({hint})" if hint else "")
+        err.print(f"  [red]{escape(text)}[/]")
+
+
+def _login_hint(connection: Connection) -> str:
+    hint = (
+        f"log in with `trainhub login --url {connection.url} --token TOKEN` "
+        "or set TRAINHUB_TOKEN; an admin creates tokens with `trainhub tokens create`"
+    )
+    home = Path(os.environ.get("TRAINHUB_HOME", Path.home() / ".trainhub"))
+    if (home / "admin-token").exists():
+        hint += f" (a local server saved its first admin token in {home / 'admin-token'})"
+    return hint
+
+
+def report_api_error(exc: ApiError, connection: Connection) -> None:
+    err.print(f"[bold red]error:[/] {escape(exc.message)}")
+    if exc.errors:
+        print_field_errors(exc.errors)
+    if exc.status_code == 401:
+        if connection.token is None:
+            err.print(f"[dim]hint:[/] no API token is set for {escape(connection.url)}")
+        else:
+            err.print(
+                f"[dim]hint:[/] the token from {escape(connection.token_source or '?')} was refused"
+            )
+        err.print(f"[dim]hint:[/] {escape(_login_hint(connection))}")
+    elif exc.hint:
+        err.print(f"[dim]hint:[/] {escape(exc.hint)}")
+
+
+@contextmanager
+def connect(url: str | None = None, token: str | None = None) -> Iterator[TrainhubClient]:
+    """A client for the configured server; API and connection errors exit with a message."""
+    from trainhub.client import ApiError, ServerUnreachable, TrainhubClient, resolve_connection
+
+    connection = resolve_connection(url, token)
+    client = TrainhubClient(connection.url, connection.token)
+    try:
+        yield client
+    except ApiError as exc:
+        report_api_error(exc, connection)
+        raise typer.Exit(EXIT_API_ERROR) from None
+    except ServerUnreachable as exc:
+        if exc.timed_out:
+            err.print(f"[bold red]trainhub at {escape(exc.url)} did not answer[/]")
+            err.print("[dim]hint:[/] it may be overloaded; try again, or check its log")
+        else:
+            err.print(
+                f"[bold red]cannot reach trainhub at {escape(exc.url)}[/]: start it with "
+                "`trainhub server` or set TRAINHUB_URL"
+            )
+        err.print(f"[dim]({escape(exc.reason)})[/]")
+        raise typer.Exit(EXIT_API_ERROR) from None
+    finally:
+        client.close()

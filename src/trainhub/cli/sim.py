@@ -1,0 +1,152 @@
+"""``trainhub sim``: replay a job trace on a simulated cluster under scheduling policies.
+
+Runs the same policy classes as the control plane (``trainhub.core.scheduling``) in the
+discrete-event simulator and prints one row per policy, or JSON lines with ``--json``.
+
+Examples::
+
+    trainhub sim --trace philly --nodes 64 --gpus-per-node 8 --policy fair --policy fifo
+    trainhub sim --trace tiresias-60 --policy las --json
+    trainhub sim --trace philly --limit 5000 --policy fair --policy sjf --policy las
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="Replay a job trace on a simulated cluster under scheduling policies.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _hours(seconds: object) -> str:
+    if not isinstance(seconds, int | float) or math.isnan(seconds):
+        return "-"
+    return f"{seconds / 3600:.2f}"
+
+
+def _ratio(value: object) -> str:
+    if not isinstance(value, int | float) or math.isnan(value):
+        return "-"
+    return f"{value:.3f}"
+
+
+@app.callback(invoke_without_command=True)
+def sim(
+    trace: Annotated[
+        str,
+        typer.Option(
+            help="philly, pollux-1..8, openb-default, openb-gpushare100, tiresias-60, "
+            "or a philly-format .csv"
+        ),
+    ] = "philly",
+    policy: Annotated[
+        list[str] | None,
+        typer.Option("--policy", "-p", help="fair, fifo, sjf or las; repeat to compare"),
+    ] = None,
+    nodes: Annotated[
+        int | None,
+        typer.Option(help="Nodes of the simulated cluster (default: the trace's, or 64)"),
+    ] = None,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
+    limit: Annotated[int | None, typer.Option(help="Only the first N jobs")] = None,
+    traces_dir: Annotated[
+        Path | None, typer.Option(help="Folder of the traces (default: ../shared/traces)")
+    ] = None,
+    checkpoint_interval_s: Annotated[
+        float, typer.Option(help="Productive time between periodic checkpoints of a job")
+    ] = 1800.0,
+    checkpoint_time_s: Annotated[
+        float, typer.Option(help="Time a preempted job keeps its GPUs while it exits")
+    ] = 30.0,
+    restart_overhead_s: Annotated[float, typer.Option(help="Start-up time of a restart")] = 60.0,
+    pass_interval_s: Annotated[
+        float, typer.Option(help="Least time between scheduling passes (0: after every event)")
+    ] = 0.0,
+    known_durations: Annotated[
+        bool, typer.Option(help="Show every policy the true durations (SJF always sees them)")
+    ] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="One JSON line per policy")] = False,
+) -> None:
+    """Simulate POLICY (default: fair and fifo) on TRACE and report completion times,
+    queueing, utilisation, preemptions and fairness against each tenant's guarantee."""
+    from trainhub.sim.cluster import ClusterSpec
+    from trainhub.sim.engine import SimConfig
+    from trainhub.sim.runner import compare, load_trace, ratios
+
+    console = Console()
+    try:
+        loaded = load_trace(trace, traces_dir, limit)
+        config = SimConfig(
+            checkpoint_interval_s=checkpoint_interval_s,
+            checkpoint_time_s=checkpoint_time_s,
+            restart_overhead_s=restart_overhead_s,
+            known_durations=known_durations,
+            pass_interval_s=pass_interval_s,
+        )
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if nodes is not None or loaded.cluster is None:
+        cluster = ClusterSpec.uniform(nodes or 64, gpus_per_node)
+    else:
+        cluster = loaded.cluster
+    names = policy or ["fair", "fifo"]
+    try:
+        results = compare(loaded.jobs, cluster, names, sim=config)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    summaries = [r.summary() for r in results]
+    baseline = next((s for s in summaries if s["policy"] == "fifo"), None)
+    if json_output:
+        for summary in summaries:
+            line = dict(summary, trace=loaded.name, cluster=cluster.describe())
+            if baseline is not None and summary is not baseline:
+                line.update(ratios(summary, baseline))
+            typer.echo(json.dumps(line))
+        return
+    table = Table(title=f"{loaded.name}: {len(loaded.jobs)} jobs on {cluster.describe()}")
+    for column in (
+        "policy",
+        "avg JCT h",
+        "median JCT h",
+        "p99 JCT h",
+        "avg queue h",
+        "p99 queue 1-GPU h",
+        "makespan h",
+        "util",
+        "preemptions",
+        "min share",
+        "Jain",
+        "wall s",
+    ):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for s in summaries:
+        table.add_row(
+            str(s["policy"]),
+            _hours(s["avg_jct_s"]),
+            _hours(s["median_jct_s"]),
+            _hours(s["p99_jct_s"]),
+            _hours(s["avg_queueing_s"]),
+            _hours(s["p99_queueing_1gpu_s"]),
+            _hours(s["makespan_s"]),
+            _ratio(s["utilisation"]),
+            str(s["preemptions"]),
+            _ratio(s["fairness_min_ratio"]),
+            _ratio(s["fairness_jain"]),
+            f"{s['wall_s']:.1f}",
+        )
+    console.print(table)
+    console.print(
+        "min share: the lowest tenant ratio of GPU-time received to min(guarantee, demand); "
+        "guarantees are each tenant's share of the trace's GPU-time."
+    )

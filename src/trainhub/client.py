@@ -1,0 +1,584 @@
+"""A Python client of the trainhub REST API (``/api/v1``), for the CLI and for notebooks.
+
+The client is a thin layer over httpx: every method is one request, returns the decoded JSON
+body (plain dicts and lists, shaped as in the OpenAPI schema at ``/api/v1/docs``) and raises
+:class:`ApiError` for an error response or :class:`ServerUnreachable` when no server answers.
+It imports nothing of the server side, so it is cheap to import anywhere.
+
+Example::
+
+    from trainhub.client import TrainhubClient
+
+    with TrainhubClient.from_env() as th:          # TRAINHUB_URL/TRAINHUB_TOKEN or `trainhub login`
+        exp = th.submit_experiment(open("experiment.yaml").read(), context=archive_bytes)
+        trial = th.wait_for_trial(exp["trial_ids"][0])
+        print(trial["state"], trial["latest_metrics"])
+
+Where the connection comes from (first match wins): the arguments, the environment
+(``TRAINHUB_URL``, ``TRAINHUB_TOKEN``), the file ``trainhub login`` saved
+(``$XDG_CONFIG_HOME/trainhub/credentials.json``, by default under ``~/.config``), and
+``http://127.0.0.1:8080``. A saved token is only sent to the URL it was saved for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+API_PREFIX = "/api/v1"
+
+JSON = dict[str, Any]
+
+
+class ClientError(Exception):
+    """Base of the errors this client raises."""
+
+
+class ServerUnreachable(ClientError):
+    """No trainhub server answered at the URL (refused, DNS failure, timeout).
+
+    Attributes:
+        url: the server URL the client tried.
+        reason: what went wrong, in words.
+        timed_out: the connection or the answer took longer than the client's timeout.
+    """
+
+    def __init__(self, url: str, reason: str, timed_out: bool = False) -> None:
+        super().__init__(f"cannot reach trainhub at {url}: {reason}")
+        self.url = url
+        self.reason = reason
+        self.timed_out = timed_out
+
+
+class ApiError(ClientError):
+    """The server answered with an error (HTTP 4xx/5xx and a JSON body).
+
+    Attributes:
+        status_code: the HTTP status.
+        code: the machine-readable error code (``invalid_spec``, ``not_found``, ...).
+        message: what was wrong.
+        hint: how to fix it ('' when the server gave none).
+        errors: per-field problems, each ``{"path", "message", "hint"}`` (e.g. for a bad spec).
+    """
+
+    def __init__(
+        self,
+        status_code: int,
+        code: str,
+        message: str,
+        hint: str = "",
+        errors: list[JSON] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.code = code
+        self.message = message
+        self.hint = hint
+        self.errors = list(errors or [])
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> ApiError:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or "message" not in body:
+            text = response.text.strip().replace("\n", " ")[:300]
+            return cls(response.status_code, "http_error", f"HTTP {response.status_code}: {text}")
+        errors = body.get("errors")
+        return cls(
+            response.status_code,
+            str(body.get("code", "error")),
+            str(body["message"]),
+            str(body.get("hint") or ""),
+            [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else [],
+        )
+
+
+# -- where the connection comes from --
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A server URL, a token for it, and where each came from (for ``trainhub whoami``)."""
+
+    url: str
+    token: str | None
+    url_source: str
+    token_source: str | None
+
+
+def credentials_path() -> Path:
+    """The file ``trainhub login`` writes: ``$XDG_CONFIG_HOME/trainhub/credentials.json``."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "trainhub" / "credentials.json"
+
+
+def normalize_url(url: str) -> str:
+    """``localhost:8080`` -> ``http://localhost:8080``; no trailing slash."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    return url
+
+
+def save_credentials(url: str, token: str, path: Path | None = None) -> Path:
+    """Save a URL and token to a file only the current user can read (mode 0600).
+
+    Args:
+        url: the server URL.
+        token: the API token.
+        path: where to write; default :func:`credentials_path`.
+
+    Returns:
+        The path written.
+    """
+    path = path or credentials_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"url": normalize_url(url), "token": token}, handle)
+        handle.write("\n")
+    os.chmod(tmp, 0o600)  # O_CREAT's mode does not apply to a file that already existed
+    os.replace(tmp, path)
+    return path
+
+
+def load_credentials(path: Path | None = None) -> tuple[str, str] | None:
+    """The ``(url, token)`` saved by ``trainhub login``, or None."""
+    path = path or credentials_path()
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and isinstance(data.get("url"), str):
+        token = data.get("token")
+        if isinstance(token, str) and token:
+            return normalize_url(data["url"]), token
+    return None
+
+
+def resolve_connection(url: str | None = None, token: str | None = None) -> Connection:
+    """Choose the URL and token: arguments, then environment, then the saved login."""
+    saved = load_credentials()
+    if url:
+        chosen_url, url_source = normalize_url(url), "argument"
+    elif os.environ.get("TRAINHUB_URL"):
+        chosen_url, url_source = normalize_url(os.environ["TRAINHUB_URL"]), "TRAINHUB_URL"
+    elif saved:
+        chosen_url, url_source = saved[0], str(credentials_path())
+    else:
+        chosen_url, url_source = DEFAULT_URL, "default"
+    if token:
+        return Connection(chosen_url, token, url_source, "argument")
+    if os.environ.get("TRAINHUB_TOKEN"):
+        return Connection(chosen_url, os.environ["TRAINHUB_TOKEN"], url_source, "TRAINHUB_TOKEN")
+    # a saved token goes only to the server it was issued for
+    if saved and saved[0] == chosen_url:
+        return Connection(chosen_url, saved[1], url_source, str(credentials_path()))
+    return Connection(chosen_url, None, url_source, None)
+
+
+# -- the client --
+
+
+class TrainhubClient:
+    """A connection to one trainhub server.
+
+    Args:
+        url: the server URL, e.g. ``http://127.0.0.1:8080``.
+        token: an API token (``trainhub tokens create``); None for unauthenticated calls.
+        timeout_s: per-request timeout in seconds (uploads get four times as long).
+        transport: an httpx transport, for tests.
+
+    Example::
+
+        client = TrainhubClient("http://127.0.0.1:8080", token)
+        for e in client.list_experiments(limit=5)["data"]:
+            print(e["id"], e["name"], e["state"])
+        client.close()
+
+    The client is safe to use from one thread at a time; make one per thread otherwise.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        import trainhub
+
+        self.url = normalize_url(url)
+        self.timeout_s = timeout_s
+        headers = {"User-Agent": f"trainhub-client/{trainhub.__version__}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.has_token = bool(token)
+        self._http = httpx.Client(
+            base_url=self.url + API_PREFIX, headers=headers, timeout=timeout_s, transport=transport
+        )
+
+    @classmethod
+    def from_env(cls, url: str | None = None, token: str | None = None) -> TrainhubClient:
+        """A client for the URL and token that :func:`resolve_connection` chooses."""
+        connection = resolve_connection(url, token)
+        return cls(connection.url, connection.token)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> TrainhubClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.ConnectError as exc:
+            raise ServerUnreachable(self.url, _reason(exc)) from None
+        except httpx.TimeoutException:
+            reason = f"no answer within {self.timeout_s:g} s"
+            raise ServerUnreachable(self.url, reason, timed_out=True) from None
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(self.url, _reason(exc)) from None
+        if response.status_code >= 400:
+            raise ApiError.from_response(response)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._request(method, path, **kwargs).json()
+
+    # -- identity --
+
+    def me(self) -> JSON:
+        """Who the token belongs to: ``{"username", "is_admin", "roles": {tenant: role}}``."""
+        result: JSON = self._json("GET", "/me")
+        return result
+
+    # -- experiments --
+
+    def submit_experiment(
+        self, spec: str, context: bytes | None = None, tenant: str | None = None
+    ) -> JSON:
+        """Submit an experiment; returns at once with its trials QUEUED.
+
+        Args:
+            spec: the experiment spec, YAML text.
+            context: the code directory as a tar.gz archive (``trainhub submit`` builds it,
+                honouring .gitignore and .trainhubignore).
+            tenant: the tenant to submit to; default: the user's only tenant.
+
+        Returns:
+            The experiment with its trials (``id``, ``trial_ids``, ``trials``, ...).
+
+        Raises:
+            ApiError: ``invalid_spec`` (422) lists every bad field in ``errors``.
+        """
+        data = {"spec": spec}
+        if tenant:
+            data["tenant"] = tenant
+        files = {"context": ("context.tar.gz", context, "application/gzip")} if context else None
+        result: JSON = self._json(
+            "POST", "/experiments", data=data, files=files, timeout=self.timeout_s * 4
+        )
+        return result
+
+    def list_experiments(self, state: str | None = None, limit: int = 50, offset: int = 0) -> JSON:
+        """Experiments visible to the caller, newest first: ``{"data": [...], "count": N}``."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if state:
+            params["state"] = state.upper()
+        result: JSON = self._json("GET", "/experiments", params=params)
+        return result
+
+    def get_experiment(self, experiment_id: int) -> JSON:
+        """One experiment with its spec and trials."""
+        result: JSON = self._json("GET", f"/experiments/{experiment_id}")
+        return result
+
+    def cancel_experiment(self, experiment_id: int) -> JSON:
+        """Cancel every trial of the experiment that has not ended (idempotent)."""
+        result: JSON = self._json("POST", f"/experiments/{experiment_id}/cancel")
+        return result
+
+    # -- trials --
+
+    def get_trial(self, trial_id: int) -> JSON:
+        """One trial with its attempts, checkpoints, recent events, progress and latest metrics."""
+        result: JSON = self._json("GET", f"/trials/{trial_id}")
+        return result
+
+    def cancel_trial(self, trial_id: int) -> JSON:
+        """Cancel one trial (idempotent); a running one stops within a scheduler tick."""
+        result: JSON = self._json("POST", f"/trials/{trial_id}/cancel")
+        return result
+
+    def list_metrics(
+        self, trial_id: int, after_step: int | None = None, limit: int = 10_000
+    ) -> list[JSON]:
+        """Metric points of a trial in step order: ``[{"step", "attempt", "values", ...}]``."""
+        params: dict[str, Any] = {"limit": limit}
+        if after_step is not None:
+            params["after_step"] = after_step
+        data: list[JSON] = self._json("GET", f"/trials/{trial_id}/metrics", params=params)["data"]
+        return data
+
+    def list_checkpoints(self, trial_id: int) -> list[JSON]:
+        """The trial's kept checkpoints: ``[{"id", "uuid", "step", "metrics", "size_bytes"}]``."""
+        data: list[JSON] = self._json("GET", f"/trials/{trial_id}/checkpoints")["data"]
+        return data
+
+    def download_checkpoint(self, trial_id: int, checkpoint_id: int) -> bytes:
+        """The bytes of one checkpoint file (load with ``torch.load(io.BytesIO(data))``)."""
+        path = f"/trials/{trial_id}/checkpoints/{checkpoint_id}/file"
+        return self._request("GET", path, timeout=self.timeout_s * 4).content
+
+    def read_logs(
+        self,
+        trial_id: int,
+        rank: int = 0,
+        attempt: int | None = None,
+        offset: int = 0,
+        limit: int = 256 * 1024,
+    ) -> JSON:
+        """One chunk of a rank's output from a byte offset.
+
+        Returns:
+            ``{"attempt", "rank", "offset", "next_offset", "text", "data_b64", "complete"}``;
+            ``complete`` is true when the attempt has ended (then, once ``next_offset`` stops
+            moving, the log is whole). ``attempt`` is 0 while the trial has no attempt yet.
+        """
+        params: dict[str, Any] = {"rank": rank, "offset": offset, "limit": limit}
+        if attempt is not None:
+            params["attempt"] = attempt
+        result: JSON = self._json("GET", f"/trials/{trial_id}/logs", params=params)
+        return result
+
+    def iter_logs(
+        self,
+        trial_id: int,
+        rank: int = 0,
+        attempt: int | None = None,
+        *,
+        follow: bool = False,
+        poll_interval_s: float = 1.0,
+    ) -> Iterator[JSON]:
+        """Yield the non-empty log chunks of one rank, in order.
+
+        Without ``follow`` it stops at the current end of the log. With ``follow`` it keeps
+        polling until the attempt has ended and everything is read; when no ``attempt`` is
+        given it also waits for the trial's first attempt and moves on to the next attempt
+        when the trial restarts, until the trial itself has ended.
+
+        Example::
+
+            for chunk in client.iter_logs(7, follow=True):
+                print(chunk["text"], end="")
+        """
+        current = attempt
+        offset = 0
+        while True:
+            chunk = self.read_logs(trial_id, rank, current, offset)
+            if current is None and chunk["attempt"]:
+                current = chunk["attempt"]  # pin it: a restart must not shift our offset
+            if chunk["next_offset"] > offset:
+                offset = chunk["next_offset"]
+                yield chunk
+                continue
+            if not follow:
+                return
+            if chunk["complete"]:
+                if attempt is not None:
+                    return
+                trial = self.get_trial(trial_id)
+                latest = max((a["number"] for a in trial["attempts"]), default=0)
+                if latest > chunk["attempt"]:
+                    current, offset = chunk["attempt"] + 1, 0
+                    continue
+                if trial["state"] in TERMINAL_STATES:
+                    return
+            time.sleep(poll_interval_s)
+
+    def watch_trial(self, trial_id: int, poll_interval_s: float = 1.0) -> Iterator[JSON]:
+        """Yield the trial's details every ``poll_interval_s`` until (and including) its end."""
+        while True:
+            trial = self.get_trial(trial_id)
+            yield trial
+            if trial["state"] in TERMINAL_STATES:
+                return
+            time.sleep(poll_interval_s)
+
+    def wait_for_trial(
+        self, trial_id: int, poll_interval_s: float = 2.0, timeout_s: float | None = None
+    ) -> JSON:
+        """Block until the trial has ended; return its final details.
+
+        Raises:
+            TimeoutError: ``timeout_s`` passed first (the trial keeps running).
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for trial in self.watch_trial(trial_id, poll_interval_s):
+            if trial["state"] in TERMINAL_STATES:
+                return trial
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"trial {trial_id} is still {trial['state']}")
+        raise AssertionError("watch_trial ends with a terminal trial")
+
+    # -- the queue, priorities, usage --
+
+    def queue(self) -> JSON:
+        """Queued (and paused) trials one may see, in the order the scheduler would start them:
+        ``{"data": [trial, ...], "count": N}``; each trial has ``queue_position`` (set by the
+        scheduler's last pass; None before it) and ``pending_reason``."""
+        result: JSON = self._json("GET", "/queue")
+        return result
+
+    def set_priority(self, trial_id: int, priority: str) -> JSON:
+        """Change a trial's priority (``low``, ``normal``, ``high``; admins: ``urgent``); the
+        scheduler uses it from its next pass. Returns the trial."""
+        result: JSON = self._json("PATCH", f"/trials/{trial_id}", json={"priority": priority})
+        return result
+
+    def usage(self, since: float | None = None, until: float | None = None) -> JSON:
+        """Allocated slot-hours in ``[since, until)`` (Unix seconds; default: the last 7 days).
+
+        Returns:
+            ``{"since", "until", "data": [{"day", "tenant", "user", "project", "slot_hours"}],
+            "tenants": [{"tenant", "guaranteed_slots", "slot_hours", "average_slots",
+            "share_of_guarantee"}]}``; days are UTC dates, ``share_of_guarantee`` is None for
+            a tenant without a guarantee.
+        """
+        result: JSON = self._json("GET", "/usage", params=_period(since, until))
+        return result
+
+    def usage_csv(self, since: float | None = None, until: float | None = None) -> str:
+        """The same usage rows as CSV text: ``day,tenant,user,project,slot_hours``."""
+        params = {**_period(since, until), "format": "csv"}
+        return self._request("GET", "/usage", params=params).text
+
+    # -- administration --
+
+    def list_tenants(self) -> list[JSON]:
+        data: list[JSON] = self._json("GET", "/tenants")["data"]
+        return data
+
+    def create_tenant(
+        self,
+        name: str,
+        guaranteed_slots: int = 0,
+        limit_slots: int | None = None,
+        weight: float = 1.0,
+    ) -> JSON:
+        """Create a tenant (admins). Slots are GPUs (or configured CPU shares)."""
+        body = {
+            "name": name,
+            "guaranteed_slots": guaranteed_slots,
+            "limit_slots": limit_slots,
+            "weight": weight,
+        }
+        result: JSON = self._json("POST", "/tenants", json=body)
+        return result
+
+    def update_tenant(
+        self,
+        name: str,
+        guaranteed_slots: int | None = None,
+        limit_slots: int | None = None,
+        weight: float | None = None,
+        clear_limit: bool = False,
+    ) -> JSON:
+        """Change a tenant's quota (admins); ``None`` leaves a field as it is."""
+        body: JSON = {"clear_limit": clear_limit}
+        if guaranteed_slots is not None:
+            body["guaranteed_slots"] = guaranteed_slots
+        if limit_slots is not None:
+            body["limit_slots"] = limit_slots
+        if weight is not None:
+            body["weight"] = weight
+        result: JSON = self._json("PATCH", f"/tenants/{name}", json=body)
+        return result
+
+    def list_users(self) -> list[JSON]:
+        data: list[JSON] = self._json("GET", "/users")["data"]
+        return data
+
+    def create_user(self, username: str, is_admin: bool = False) -> JSON:
+        result: JSON = self._json(
+            "POST", "/users", json={"username": username, "is_admin": is_admin}
+        )
+        return result
+
+    def set_membership(self, username: str, tenant: str, role: str = "member") -> JSON:
+        """Add a user to a tenant, or change their role there (admin, member, viewer)."""
+        result: JSON = self._json(
+            "PUT", f"/users/{username}/memberships", json={"tenant": tenant, "role": role}
+        )
+        return result
+
+    def remove_membership(self, username: str, tenant: str) -> None:
+        self._request("DELETE", f"/users/{username}/memberships/{tenant}")
+
+    def list_tokens(self) -> list[JSON]:
+        data: list[JSON] = self._json("GET", "/tokens")["data"]
+        return data
+
+    def create_token(
+        self, name: str = "", username: str | None = None, ttl_s: float | None = None
+    ) -> JSON:
+        """Issue an API token; the secret is in ``["token"]`` of the result and shown only once.
+
+        Args:
+            name: a label for the token.
+            username: admins: issue it for another user.
+            ttl_s: seconds until it expires; ``None``: never.
+        """
+        body = {"name": name, "username": username, "ttl_s": ttl_s}
+        result: JSON = self._json("POST", "/tokens", json=body)
+        return result
+
+    def revoke_token(self, token_id: int) -> None:
+        self._request("DELETE", f"/tokens/{token_id}")
+
+    def cluster(self) -> JSON:
+        """The cluster's nodes: ``{"nodes": [...], "total_gpus", "total_cpus"}``."""
+        result: JSON = self._json("GET", "/cluster")
+        return result
+
+
+TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELED", "PRUNED"})
+
+
+def _period(since: float | None, until: float | None) -> dict[str, float]:
+    params: dict[str, float] = {}
+    if since is not None:
+        params["since"] = since
+    if until is not None:
+        params["until"] = until
+    return params
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    if "Connection refused" in text or "Errno 111" in text:
+        return "connection refused"
+    return text

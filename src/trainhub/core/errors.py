@@ -1,0 +1,106 @@
+"""The one exception tree of trainhub.
+
+Every error a user can cause is a :class:`TrainhubError` with a message that says what was wrong
+and a hint that says how to fix it. The API maps each class to one HTTP status in one place
+(``trainhub.api.errors``); the CLI prints message and hint without a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem in a user's input, located by a dotted path (``resources.workers``)."""
+
+    path: str
+    message: str
+    hint: str = ""
+
+    def render(self) -> str:
+        text = f"{self.path or '<root>'}: {self.message}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+class TrainhubError(Exception):
+    """Base of all errors trainhub raises on purpose."""
+
+    status_code: int = 400
+    code: str = "error"
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def to_dict(self) -> dict[str, object]:
+        body: dict[str, object] = {"code": self.code, "message": self.message}
+        if self.hint:
+            body["hint"] = self.hint
+        return body
+
+
+class InvalidRequest(TrainhubError):
+    status_code = 400
+    code = "invalid_request"
+
+
+@dataclass
+class _Errors:
+    items: list[FieldError] = field(default_factory=list)
+
+
+class InvalidSpec(TrainhubError):
+    """The experiment spec (or another structured input) failed validation."""
+
+    status_code = 422
+    code = "invalid_spec"
+
+    def __init__(self, errors: list[FieldError], message: str = "") -> None:
+        self.errors = list(errors)
+        summary = message or "; ".join(e.render() for e in self.errors)
+        super().__init__(summary, "fix the fields listed in 'errors' and submit again")
+
+    def to_dict(self) -> dict[str, object]:
+        body = super().to_dict()
+        body["errors"] = [
+            {"path": e.path, "message": e.message, "hint": e.hint} for e in self.errors
+        ]
+        return body
+
+
+class InvalidContext(TrainhubError):
+    """The uploaded code context archive is unsafe or malformed."""
+
+    status_code = 422
+    code = "invalid_context"
+
+
+class ContextTooLarge(TrainhubError):
+    status_code = 413
+    code = "context_too_large"
+
+
+class Unauthenticated(TrainhubError):
+    status_code = 401
+    code = "unauthenticated"
+
+
+class PermissionDenied(TrainhubError):
+    status_code = 403
+    code = "permission_denied"
+
+
+class NotFound(TrainhubError):
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(TrainhubError):
+    status_code = 409
+    code = "conflict"
+
+
+class IllegalTransition(Conflict):
+    code = "illegal_transition"

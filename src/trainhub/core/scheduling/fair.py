@@ -1,0 +1,421 @@
+"""Fair share between tenants: guarantees, weighted sharing of idle capacity, backfill.
+
+One pass walks the queue tenant by tenant, always serving next the tenant with the best key:
+
+1. trials of tenants below their guarantee (see :func:`entitled`) come before trials that
+   borrow idle capacity;
+2. then the tenant with the lowest fair-share score: its decayed usage (half-life
+   ``half_life_s``) as slots held on average, plus the slots it holds now, divided by its weight;
+3. inside a tenant: the highest priority after aging (one level per ``aging_interval_s``
+   waited), then the lowest attained-service band, then the earliest submitted.
+
+A tenant at its limit waits ("tenant quota of 8 GPUs in use"). The first trial that does not fit
+is the head: it gets a reservation, and trials behind it start only where they cannot delay it
+(backfill, see ``reservation``). A trial that does not fit may preempt (see ``preemption``):
+inside its tenant's guarantee it reclaims capacity other tenants borrow; in any case it may
+displace a running trial of its own tenant with a lower priority or a higher service band. The
+victims checkpoint and go back to the queue; the trial starts on a pass after they left.
+
+Trials of one tenant, priority and request shape compete for the same capacity, so when one of
+them is blocked the rest of its group waits for the same reason without being looked at: a
+pass costs the trials it starts plus the number of groups, not the length of the queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from trainhub.core.fairshare import mean_life_s
+from trainhub.core.resources import ResourceRequest
+from trainhub.core.scheduling.base import BasePolicy
+from trainhub.core.scheduling.decisions import DecisionList, Pending, Preempt, Reason, Start
+from trainhub.core.scheduling.fair_config import FairShareConfig
+from trainhub.core.scheduling.nodepool import NodePool
+from trainhub.core.scheduling.preemption import Preemptor
+from trainhub.core.scheduling.queue import OrderKey, QueueOrder, Run, TrialQueue
+from trainhub.core.scheduling.reasons import ReasonBook, behind_reason, limit_reason
+from trainhub.core.scheduling.reservation import Reservation, reserve
+from trainhub.core.scheduling.runningtable import RunningTable
+from trainhub.core.scheduling.snapshot import QueuedTrial, Snapshot, TenantShare
+from trainhub.core.scheduling.victims import ClaimMemo, PreemptionRules, VictimFacts
+
+# (borrowing, fair-share score, -aged priority, band, submitted_at, trial_id)
+TenantKey = tuple[int, float, int, int, float, int]
+
+
+def entitled(used: int, size: int, guarantee: int) -> bool:
+    """Whether a trial counts against its tenant's guarantee (and may reclaim for it).
+
+    It does while the tenant holds less than its guarantee, whatever the trial's size: a gang
+    cannot be split, so a tenant below its guarantee may go past it by its next trial (as a
+    YARN queue below its capacity gets its next container whatever its size), once.
+    """
+    del size  # the rule is about what the tenant holds; kept for the call sites' clarity
+    return used < guarantee
+
+
+class _Group:
+    """Queued trials of one tenant, priority and shape; ``trials[at]`` is the next one."""
+
+    __slots__ = ("at", "band", "done", "head", "priority", "shape", "trials")
+
+    def __init__(self, priority: int, shape: tuple[object, ...], trials: Run) -> None:
+        self.priority = priority
+        self.shape = shape
+        self.trials = trials
+        self.at = 0
+        # blocked or exhausted for this pass
+        self.done = False
+        self.head = trials.first
+        # the policy's order key starts with the band (FairSharePolicy._order_key)
+        self.band = int(trials.first_key[0])
+
+    def advance(self) -> bool:
+        """Move to the next trial; False when the group is exhausted."""
+        self.at += 1
+        if self.at == len(self.trials):
+            return False
+        self.head = self.trials[self.at]
+        self.band = int(self.trials.key_at(self.at)[0])
+        return True
+
+
+GroupKey = tuple[int, int, float, int]
+
+
+@dataclass
+class _Tenant:
+    name: str
+    share: TenantShare
+    used: int
+    usage_slots: float
+    groups: list[_Group]
+    # (key of the group's head, tie-breaker, group); stale entries are skipped
+    heap: list[tuple[GroupKey, int, _Group]] = field(default_factory=list)
+
+
+class FairSharePolicy(BasePolicy):
+    """Guarantees, limits and weights per tenant; fair share on decayed usage; priorities with
+    aging and least-attained-service inside a tenant; gang placement; EASY backfill;
+    preemption to restore guarantees and to let short trials past long ones."""
+
+    name = "fair"
+
+    def __init__(self, config: FairShareConfig | None = None) -> None:
+        self.config = config or FairShareConfig()
+        self.rules = PreemptionRules(
+            min_run_time_s=self.config.min_run_time_s,
+            cooldown_s=self.config.preemption_cooldown_s,
+            max_victims=self.config.max_preemptions_per_pass,
+            service_thresholds_slot_s=self.config.service_thresholds_slot_s,
+        )
+        self.queue_order = QueueOrder("fair", self._order_key)
+        # a cache of per-trial facts for victim choice; never changes a decision
+        self.victim_facts = VictimFacts(self.rules)
+        self.claim_memo = ClaimMemo()
+
+    def _order_key(self, trial: QueuedTrial) -> OrderKey:
+        return (float(self.rules.band(trial.attained_service)), trial.submitted_at, trial.trial_id)
+
+    def decide(self, snapshot: Snapshot) -> DecisionList:
+        return _FairPass(self, snapshot).run()
+
+
+class _FairPass:
+    """The state of one decision of :class:`FairSharePolicy`."""
+
+    def __init__(self, policy: FairSharePolicy, snapshot: Snapshot) -> None:
+        self.policy = policy
+        self.config = policy.config
+        self.rules = policy.rules
+        self.snapshot = snapshot
+        self.now = snapshot.now
+        self.running = RunningTable.coerce(snapshot.running)
+        self.raw = NodePool(snapshot.nodes, self.config.hot_gpu_temperature_c)
+        self.backfill: NodePool | None = None
+        self.book = ReasonBook(snapshot.nodes, self.raw)
+        self.preemptor: Preemptor | None = None
+        self.reservation: Reservation | None = None
+        self.unmet_claim = False
+        self.failed_claims = 0
+        self.starts: list[Start] = []
+        self.preempts: list[Preempt] = []
+        self.pending: list[Pending] = []
+        self.lazy: list[tuple[Sequence[QueuedTrial], int, Reason]] = []
+        self.heap: list[tuple[TenantKey, str]] = []
+        queue = TrialQueue.coerce(snapshot.queue, policy.queue_order)
+        # GPU counts say nothing about trials without GPUs: never stop early when some wait
+        self.cpu_only = any(not shape[1] for _, _, shape in queue.groups)
+        self.tenants = self._tenants(queue)
+
+    def _tenants(self, queue: TrialQueue) -> dict[str, _Tenant]:
+        tau = mean_life_s(self.config.half_life_s)
+        used = self.running.slots_by_tenant
+        shares = self.snapshot.tenants
+        usage = self.snapshot.tenant_usage
+        default = TenantShare()
+        tenants: dict[str, _Tenant] = {}
+        for (name, neg_rank, shape), trials in queue.groups.items():
+            tenant = tenants.get(name)
+            if tenant is None:
+                tenant = _Tenant(
+                    name,
+                    shares.get(name, default),
+                    used.get(name, 0),
+                    usage.get(name, 0.0) / tau,
+                    [],
+                )
+                tenants[name] = tenant
+            tenant.groups.append(_Group(-neg_rank, shape, trials))
+        return tenants
+
+    # -- order -------------------------------------------------------------------------------
+
+    def _level(self, group: _Group) -> int:
+        """The group head's priority after aging."""
+        interval = self.config.aging_interval_s
+        if interval <= 0:
+            return group.priority
+        waited = self.now - group.head.queued_at
+        return group.priority + max(0, math.floor(waited / interval))
+
+    def _group_key(self, group: _Group) -> GroupKey:
+        head = group.head
+        return (-self._level(group), group.band, head.submitted_at, head.trial_id)
+
+    def _top(self, tenant: _Tenant) -> tuple[GroupKey, _Group] | None:
+        """The tenant's group whose head goes next (dropping stale heap entries)."""
+        heap = tenant.heap
+        while heap:
+            key, _, group = heap[0]
+            if group.done or key[-1] != group.head.trial_id:
+                heapq.heappop(heap)
+                continue
+            return key, group
+        return None
+
+    def _push(self, tenant: _Tenant) -> None:
+        top = self._top(tenant)
+        if top is None:
+            return
+        key, group = top
+        size = group.head.request.num_slots
+        borrowing = int(not entitled(tenant.used, size, tenant.share.guaranteed_slots))
+        score = (tenant.usage_slots + tenant.used) / tenant.share.weight
+        heapq.heappush(self.heap, ((borrowing, score, *key), tenant.name))
+
+    # -- the pass ----------------------------------------------------------------------------
+
+    def run(self) -> DecisionList:
+        for tenant in self.tenants.values():
+            tenant.heap = [(self._group_key(g), i, g) for i, g in enumerate(tenant.groups)]
+            heapq.heapify(tenant.heap)
+            self._push(tenant)
+        while self.heap:
+            if self._exhausted():
+                break
+            _, name = heapq.heappop(self.heap)
+            tenant = self.tenants[name]
+            top = self._top(tenant)
+            if top is None:
+                continue
+            if self._visit(tenant, top[1]):
+                break
+        behind = None
+        if self.reservation is not None:
+            behind = behind_reason(self.reservation.trial_id)
+        for tenant in self.tenants.values():
+            for group in tenant.groups:
+                if group.done:
+                    continue
+                request = group.head.request
+                waiting: Reason
+                if behind is not None and (
+                    not self.config.backfill or self.raw.total_free >= request.num_slots
+                ):
+                    # it might fit the free GPUs, which the head's reservation holds
+                    waiting = self.book.unless_never(request, group.shape, behind)
+                else:
+                    waiting = self.book.of_group("waiting", request, group.shape)
+                self.lazy.append((group.trials, group.at, waiting))
+        wake_at = self.preemptor.wake_at if self.preemptor and self.unmet_claim else None
+        return DecisionList(self.starts, self.preempts, self.pending, self.lazy, wake_at)
+
+    def _visit(self, tenant: _Tenant, group: _Group) -> bool:
+        """Decide for the head of ``group``; True ends the pass (head blocked, no backfill)."""
+        trial = group.head
+        request = trial.request
+        size = request.num_slots
+        limit = tenant.share.limit_slots
+        if limit is not None and tenant.used + size > limit:
+            text = limit_reason(limit, tenant.used)
+            return self._block(tenant, group, text, text)
+        ranks, short = self._place(trial, request, size)
+        if ranks is not None:
+            self.starts.append(Start(trial.trial_id, ranks))
+            self.raw.take(request, ranks)
+            if self.backfill is not None:
+                self.backfill.take(request, ranks, against_caps=not short)
+            self.book.started(request, ranks)
+            tenant.used += size
+            return self._advance(tenant, group)
+        if not self.raw.fits_empty(request, group.shape):
+            never = self.book.of_group("never", request, group.shape)
+            return self._block(tenant, group, never, never)
+        if self.config.preemption and self.failed_claims < self.config.max_failed_claims_per_pass:
+            claimed = self._claim(tenant, group)
+            if claimed is not None:
+                self.pending.append(Pending(trial.trial_id, claimed))
+                return self._advance(tenant, group)
+            self.unmet_claim = True
+            self.failed_claims += 1
+            gpu_bound = group.head.request.gpus_per_worker > 0
+            if self.reservation is not None and gpu_bound and self._usable() == 0:
+                # nothing can start, and the tenant's best trial cannot preempt: its other
+                # trials wait this pass without being looked at one by one
+                return self._block(tenant, group, self._busy(group), self._busy(group), whole=True)
+        if self.reservation is None:
+            if self.raw.total_free == 0 and not self.cpu_only and not self.running.preempting:
+                # no GPU is free and none is about to be: nothing can start behind the head in
+                # this decision, so where it will start is left to the next one
+                self.reservation = Reservation(trial.trial_id, (), {}, None)
+                self.backfill = self.raw
+                head_reason = self.book.prefixed("next in line")
+            else:
+                self.reservation = reserve(trial, self.raw, self.running, self.now)
+                self.backfill = self.raw.copy(self.reservation.caps)
+                head_reason = self.book.prefixed(self.reservation.describe(self.now))
+            self._block(tenant, group, head_reason, behind_reason(trial.trial_id))
+            return not self.config.backfill
+        if self.raw.total_free >= size or not request.gpus_per_worker:
+            text = behind_reason(self.reservation.trial_id)
+            return self._block(tenant, group, text, text)
+        return self._block(tenant, group, self._busy(group), self._busy(group))
+
+    def _place(
+        self, trial: QueuedTrial, request: ResourceRequest, size: int
+    ) -> tuple[tuple[str, ...] | None, bool]:
+        """Where the trial starts now without delaying the reservation; (ranks, ends before
+        the reservation starts)."""
+        # total_free counts GPUs: a quick "cannot fit" only for requests that need GPUs
+        if request.gpus_per_worker and self.raw.total_free < size:
+            return None, False
+        if self.backfill is None:
+            return self.raw.place(request), False
+        ranks = self.backfill.place(request)
+        if ranks is not None:
+            return ranks, False
+        assert self.reservation is not None
+        start_at = self.reservation.start_at
+        duration = trial.expected_duration_s
+        if start_at is not None and duration is not None and self.now + duration <= start_at:
+            return self.raw.place(request), True
+        return None, False
+
+    def _exhausted(self) -> bool:
+        """No GPU left to start anything on and no preemption left to try: the rest waits."""
+        if self.reservation is None or self._usable() > 0 or self.cpu_only:
+            return False
+        if self.reservation.start_at is not None and self.raw.total_free > 0:
+            return False  # a trial known to end before the head starts may still fit
+        if not self.config.preemption:
+            return True
+        return self.failed_claims >= self.config.max_failed_claims_per_pass or (
+            self.preemptor is not None and self.preemptor.spent
+        )
+
+    def _usable(self) -> int:
+        pool = self.backfill if self.backfill is not None else self.raw
+        return pool.total_free
+
+    def _busy(self, group: _Group) -> Reason:
+        return self.book.of_group("busy", group.head.request, group.shape)
+
+    def _advance(self, tenant: _Tenant, group: _Group) -> bool:
+        if group.advance():
+            heapq.heappush(tenant.heap, (self._group_key(group), id(group), group))
+        else:
+            group.done = True
+        self._push(tenant)
+        return False
+
+    def _block(
+        self, tenant: _Tenant, group: _Group, reason: Reason, rest: Reason, whole: bool = False
+    ) -> bool:
+        """The group's head waits for ``reason``, the rest of the group for ``rest``; with
+        ``whole`` the tenant's other groups wait too (for their own busy reason)."""
+        group.done = True
+        self.lazy.append(((group.head,), 0, reason))
+        if group.at + 1 < len(group.trials):
+            self.lazy.append((group.trials, group.at + 1, rest))
+        if whole:
+            for other in tenant.groups:
+                if not other.done:
+                    other.done = True
+                    waiting = self.book.of_group("waiting", other.head.request, other.shape)
+                    self.lazy.append((other.trials, other.at, waiting))
+            return False
+        self._push(tenant)
+        return False
+
+    # -- preemption --------------------------------------------------------------------------
+
+    def _claim(self, tenant: _Tenant, group: _Group) -> str | None:
+        """Preempt for the group's head if the rules allow it; its pending reason, or None."""
+        if self.preemptor is None:
+            self.preemptor = Preemptor(
+                running=self.running,
+                shares=self.snapshot.tenants,
+                used=self.running.slots_by_tenant,
+                now=self.now,
+                rules=self.rules,
+                facts=self.policy.victim_facts,
+                memo=self.policy.claim_memo,
+            )
+            self.policy.claim_memo.bind(self.running, self.raw.total_free)
+        preemptor = self.preemptor
+        trial = group.head
+        size = trial.request.num_slots
+        guarantee = tenant.share.guaranteed_slots
+        pool = self.backfill if self.backfill is not None else self.raw
+        if preemptor.incoming_suffices(trial, pool):
+            tenant.used += size
+            return "starts when the trials being preempted for it have checkpointed and exited"
+        if entitled(tenant.used, size, guarantee):
+            victims = preemptor.reclaim(trial, pool)
+            if victims is not None:
+                tenant.used += size
+                self.preempts.extend(
+                    Preempt(
+                        v.trial_id,
+                        f"tenant {v.tenant} is above its guarantee and tenant {tenant.name} "
+                        f"reclaims its guaranteed {guarantee} GPUs",
+                    )
+                    for v in victims
+                )
+                ids = ", ".join(str(v.trial_id) for v in victims)
+                return (
+                    f"reclaiming the tenant's guaranteed {guarantee} GPUs: preempting borrowed "
+                    f"trial(s) {ids}, which checkpoint first"
+                )
+        if self.rules.service_thresholds_slot_s or trial.priority.rank:
+            victims = preemptor.displace(trial, group.band, pool)
+            if victims is not None:
+                tenant.used += size - sum(v.request.num_slots for v in victims)
+                self.preempts.extend(
+                    Preempt(
+                        v.trial_id,
+                        f"trial {trial.trial_id} of the same tenant has a higher priority or "
+                        "less attained service",
+                    )
+                    for v in victims
+                )
+                ids = ", ".join(str(v.trial_id) for v in victims)
+                return (
+                    f"preempting trial(s) {ids} of the same tenant (lower priority or more "
+                    "attained service), which checkpoint first"
+                )
+        return None

@@ -1,0 +1,70 @@
+"""Configuration of the fair-share policy: one frozen dataclass, validated on creation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trainhub.core.scheduling.nodetable import HOT_GPU_TEMPERATURE_C
+
+
+@dataclass(frozen=True)
+class FairShareConfig:
+    """Knobs of :class:`~trainhub.core.scheduling.fair.FairSharePolicy` (units in the names).
+
+    Attributes:
+        half_life_s: half-life of the decayed usage that orders tenants for idle capacity
+            (Slurm's PriorityDecayHalfLife). Shorter forgets faster.
+        aging_interval_s: waiting this long raises a trial by one priority level inside its
+            tenant (low -> normal -> high), so a low-priority trial is never starved by a stream
+            of higher-priority ones. 0 turns aging off.
+        backfill: start trials behind a blocked head when they cannot delay its reservation.
+        preemption: preempt borrowed capacity so a tenant below its guarantee gets it back.
+        min_run_time_s: a trial is never preempted before it ran this long in its attempt.
+        preemption_cooldown_s: a trial that was preempted before is protected this long after
+            each restart (on top of min_run_time_s): no trial is bounced in and out.
+        max_preemptions_per_pass: at most this many victims per decision.
+        max_failed_claims_per_pass: after this many trials of a decision could not preempt
+            anything, the others do not try until the next decision (bounds the work of one
+            decision on a large cluster, like Slurm's limits on trials tested per cycle).
+        service_thresholds_slot_s: attained service (GPU-seconds) that ends each band inside a
+            tenant. Among trials of one tenant and priority the lower band goes first, and with
+            ``preemption`` a waiting trial displaces a running one of its tenant in a higher
+            band (Tiresias' discretised least-attained-service, within each tenant's share).
+            Empty: submission order only, no displacement.
+        hot_gpu_temperature_c: nodes this hot are used only when no cooler node fits; None
+            turns the threshold off (cooler still wins ties).
+    """
+
+    half_life_s: float = 24 * 3600.0
+    aging_interval_s: float = 3600.0
+    backfill: bool = True
+    preemption: bool = True
+    min_run_time_s: float = 600.0
+    preemption_cooldown_s: float = 1800.0
+    max_preemptions_per_pass: int = 16
+    max_failed_claims_per_pass: int = 4
+    service_thresholds_slot_s: tuple[float, ...] = (3600.0, 36000.0)
+    hot_gpu_temperature_c: float | None = HOT_GPU_TEMPERATURE_C
+
+    def __post_init__(self) -> None:
+        for name in ("half_life_s",):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value}")
+        for name in ("aging_interval_s", "min_run_time_s", "preemption_cooldown_s"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be >= 0 seconds, got {value}")
+        for name in ("max_preemptions_per_pass", "max_failed_claims_per_pass"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        thresholds = self.service_thresholds_slot_s
+        if any(not (t > 0 and math.isfinite(t)) for t in thresholds) or list(thresholds) != sorted(
+            set(thresholds)
+        ):
+            raise ValueError(
+                f"service_thresholds_slot_s must be positive and increasing, got {thresholds}"
+            )
+        if self.hot_gpu_temperature_c is not None and not math.isfinite(self.hot_gpu_temperature_c):
+            raise ValueError("hot_gpu_temperature_c must be a finite temperature or None")

@@ -1,0 +1,136 @@
+"""Gang placement: all ranks of a request on free capacity, or a reason why not.
+
+:func:`place` is the one-shot form (one request against a tuple of nodes); a pass that places
+many trials uses a :class:`~trainhub.core.scheduling.nodepool.NodePool` and the reason helpers
+below. The node choice rules are written once, in ``nodepool``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from trainhub.core.resources import Node, ResourceRequest
+from trainhub.core.scheduling.nodepool import NodePool
+from trainhub.core.scheduling.nodetable import HOT_GPU_TEMPERATURE_C
+
+
+@dataclass(frozen=True)
+class NoFit:
+    reason: str
+    # True when the request cannot fit even an empty cluster
+    never: bool = False
+
+
+def place(
+    request: ResourceRequest,
+    nodes: Iterable[Node],
+    hot_gpu_temperature_c: float | None = HOT_GPU_TEMPERATURE_C,
+) -> tuple[str, ...] | NoFit:
+    """Choose a node for every rank of ``request``, or say why that is impossible now."""
+    alive = [n for n in nodes if n.alive]
+    ranks = NodePool(alive, hot_gpu_temperature_c).place(request)
+    if ranks is not None:
+        return ranks
+    reason = never_reason(request, alive)
+    if reason is not None:
+        return NoFit(reason, never=True)
+    return NoFit(busy_reason(request, alive))
+
+
+def need_text(request: ResourceRequest) -> str:
+    """'2 worker(s) x 8 GPU on one node (16 GPUs)': the request, then its total."""
+    text = request.describe()
+    if request.gpus_per_worker and request.num_workers > 1:
+        text += f" ({request.num_slots} GPUs)"
+    return text
+
+
+def _eligible(request: ResourceRequest, nodes: Iterable[Node]) -> list[Node]:
+    return [n for n in nodes if n.alive and request.labels_match(n.labels, n.gpu_model)]
+
+
+def never_reason(request: ResourceRequest, nodes: Sequence[Node]) -> str | None:
+    """Why ``request`` cannot fit even the empty cluster, or None when it can."""
+    alive = [n for n in nodes if n.alive]
+    empty = tuple(replace(n, free_gpus=n.total_gpus, free_cpus=n.total_cpus) for n in alive)
+    if NodePool(empty, None).place(request) is not None:
+        return None
+    need = need_text(request)
+    eligible = _eligible(request, alive)
+    if request.node_labels and not eligible:
+        labels = ", ".join(f"{k}={v}" for k, v in request.node_labels.items())
+        return f"can never run: needs {need}; no node has {labels}"
+    if request.gpus_per_worker and not any(n.total_gpus for n in alive):
+        return f"can never run: needs {need}; the cluster has no GPUs (set gpus_per_worker: 0)"
+    if request.single_node:
+        largest = max((n.fits(request, free=False) for n in eligible), default=0)
+        return f"can never run: needs {need}; the largest node holds {largest} such worker(s)"
+    total = sum(n.fits(request, free=False) for n in eligible)
+    return f"can never run: needs {need}; the whole cluster holds {total} such worker(s)"
+
+
+@dataclass(frozen=True)
+class FreeSummary:
+    """Free capacity of a set of nodes, as the busy reasons quote it."""
+
+    gpus: int
+    largest_gpus: int
+    cpus: float
+    largest_cpus: float
+
+    @classmethod
+    def of(cls, nodes: Iterable[Node]) -> FreeSummary:
+        gpus = largest_gpus = 0
+        cpus = largest_cpus = 0.0
+        for n in nodes:
+            if n.alive:
+                gpus += n.free_gpus
+                largest_gpus = max(largest_gpus, n.free_gpus)
+                cpus += n.free_cpus
+                largest_cpus = max(largest_cpus, n.free_cpus)
+        return cls(gpus, largest_gpus, cpus, largest_cpus)
+
+
+def busy_reason(
+    request: ResourceRequest, nodes: Sequence[Node], summary: FreeSummary | None = None
+) -> str:
+    """Why ``request`` does not fit the free capacity of ``nodes`` now (it fits when empty).
+
+    ``summary`` (of all nodes) may stand in for ``nodes`` when the request has no labels.
+    """
+    if summary is None or request.node_labels:
+        summary = FreeSummary.of(_eligible(request, nodes))
+    need = f"waiting for resources: needs {need_text(request)}"
+    if request.gpus_per_worker:
+        if request.single_node or (request.num_workers == 1 and request.gpus_per_worker > 1):
+            return f"{need}; largest free is {summary.largest_gpus} GPUs"
+        if summary.gpus >= request.num_slots:
+            # enough GPUs in total: the CPUs or the per-rank shape are the problem
+            return (
+                f"{need}; {summary.gpus} GPUs are free but not in pieces of "
+                f"{request.gpus_per_worker} with enough CPUs"
+            )
+        return f"{need}; {summary.gpus} GPUs free"
+    if request.single_node or request.num_workers == 1:
+        return f"{need}; largest free is {summary.largest_cpus:g} CPUs"
+    return f"{need}; {summary.cpus:g} CPUs free"
+
+
+def allocate(
+    nodes: tuple[Node, ...], request: ResourceRequest, ranks: tuple[str, ...]
+) -> tuple[Node, ...]:
+    """The nodes after ``ranks`` of ``request`` took their share (for later decisions)."""
+    counts: dict[str, int] = {}
+    for node_id in ranks:
+        counts[node_id] = counts.get(node_id, 0) + 1
+    return tuple(
+        replace(
+            n,
+            free_gpus=n.free_gpus - counts.get(n.node_id, 0) * request.gpus_per_worker,
+            free_cpus=n.free_cpus - counts.get(n.node_id, 0) * request.cpus_per_worker,
+        )
+        if n.node_id in counts
+        else n
+        for n in nodes
+    )

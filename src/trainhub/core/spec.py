@@ -1,0 +1,225 @@
+"""The experiment spec: the user's contract, as pydantic models.
+
+A spec is YAML. :func:`parse_spec` turns its text into an :class:`ExperimentSpec` or raises
+:class:`~trainhub.core.errors.InvalidSpec` listing every problem with its field path and a hint.
+Field descriptions here generate the reference docs and the OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+import shlex
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from trainhub.core.distributed_spec import DistributedSpec
+from trainhub.core.errors import FieldError, InvalidSpec
+from trainhub.core.spec_errors import field_errors_from_pydantic
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+HyperparameterValue = str | int | float | bool | None | list[Any]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Placement(StrEnum):
+    PACK = "pack"  # fewest nodes
+    SPREAD = "spread"  # one rank per node where possible
+
+
+class Priority(StrEnum):
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+    URGENT = "urgent"  # admins only
+
+    @property
+    def rank(self) -> int:
+        return _PRIORITY_RANK[self]
+
+
+_PRIORITY_RANK = {Priority.LOW: 0, Priority.NORMAL: 1, Priority.HIGH: 2, Priority.URGENT: 3}
+
+
+class Resources(_Strict):
+    """What one trial needs: ``workers`` ranks, each with these devices."""
+
+    workers: Annotated[int, Field(ge=1, le=4096, description="Number of ranks (processes).")] = 1
+    gpus_per_worker: Annotated[
+        int, Field(ge=0, le=16, description="GPUs per rank; 0 runs on CPU with gloo.")
+    ] = 0
+    cpus_per_worker: Annotated[
+        float, Field(gt=0, le=512, description="CPU cores reserved per rank.")
+    ] = 1.0
+    memory_gb_per_worker: Annotated[
+        float | None, Field(gt=0, description="Host memory reserved per rank, in GB.")
+    ] = None
+    placement: Placement = Field(
+        Placement.PACK, description="pack: fewest nodes; spread: ranks on different nodes."
+    )
+    single_node: bool = Field(False, description="All ranks must share one node.")
+    node_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Only nodes with these labels qualify, e.g. {gpu_model: A100}.",
+    )
+
+
+class SearcherSpec(_Strict):
+    """How trials are chosen. ``single`` runs one trial with the constant hyperparameters."""
+
+    name: Literal["single"] = "single"
+    metric: str | None = Field(
+        None, description="Metric that ranks checkpoints and trials, e.g. val_accuracy."
+    )
+    mode: Literal["max", "min"] = "max"
+
+
+class CheckpointPolicy(_Strict):
+    keep_latest: Annotated[int, Field(ge=0, le=1000)] = 1
+    keep_best: Annotated[int, Field(ge=0, le=1000, description="Ranked by searcher.metric.")] = 0
+
+
+class Environment(_Strict):
+    variables: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for every rank."
+    )
+
+
+class ExperimentSpec(_Strict):
+    """An experiment: what to run, on what, with which hyperparameters."""
+
+    name: str = Field(..., pattern=NAME_PATTERN, description="Short name, e.g. mnist-lenet.")
+    project: str = Field("default", pattern=NAME_PATTERN)
+    description: str = ""
+    entrypoint: str = Field(
+        ...,
+        min_length=1,
+        description="Command run in the context directory, e.g. 'python train.py --epochs 5'.",
+    )
+    resources: Resources = Field(default_factory=Resources)
+    priority: Priority = Priority.NORMAL
+    hyperparameters: dict[str, Any] = Field(
+        default_factory=dict, description="Constants handed to the script (ctx.hparams)."
+    )
+    searcher: SearcherSpec = Field(default_factory=SearcherSpec)
+    checkpoints: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
+    environment: Environment = Field(default_factory=Environment)
+    distributed: DistributedSpec = Field(
+        default_factory=DistributedSpec,
+        description="How ranks cooperate: communication strategy, precision, memory savings.",
+    )
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint_parses(cls, value: str) -> str:
+        try:
+            argv = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot be split into arguments: {exc}") from None
+        if not argv:
+            raise ValueError("is empty")
+        return value
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _constants_only(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, item in value.items():
+            if not key.isidentifier():
+                raise ValueError(f"name {key!r} must be a Python identifier")
+            if isinstance(item, dict):
+                raise ValueError(
+                    f"{key!r} is a mapping; only constant values (numbers, strings, booleans, "
+                    "lists) are supported by the 'single' searcher"
+                )
+        return value
+
+    @property
+    def entrypoint_argv(self) -> list[str]:
+        return shlex.split(self.entrypoint)
+
+
+_PYTHON_SWITCHES = frozenset({"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "--standalone"})
+
+
+def entrypoint_script(entrypoint: str) -> str | None:
+    """The file in the context that ``entrypoint`` runs, if it names one.
+
+    ``python train.py``, ``python -u src/train.py``, ``torchrun --nproc-per-node 2 train.py`` and
+    ``./run.sh`` name a file; ``python -m pkg.train`` and ``bash -c ...`` do not.
+    """
+    argv = shlex.split(entrypoint)
+    if not argv:
+        return None
+    head = argv[0].rsplit("/", 1)[-1]
+    if head.startswith("python") or head == "torchrun":
+        rest = argv[1:]
+        while rest:
+            token = rest.pop(0)
+            if token in ("-m", "-c"):
+                return None
+            if token.startswith("-"):
+                # flags with a separate value (torchrun --nproc-per-node 2, python -W x)
+                takes_value = "=" not in token and token not in _PYTHON_SWITCHES
+                if takes_value and rest and not rest[0].endswith(".py"):
+                    rest.pop(0)
+                continue
+            return token
+        return None
+    if argv[0].endswith((".py", ".sh")):
+        return argv[0]
+    return None
+
+
+def check_entrypoint_exists(spec: ExperimentSpec, files: set[str]) -> None:
+    """Raise InvalidSpec when the entrypoint names a file the context does not hold."""
+    script = entrypoint_script(spec.entrypoint)
+    if script is None:
+        return
+    normalized = script[2:] if script.startswith("./") else script
+    if normalized not in files:
+        raise InvalidSpec(
+            [
+                FieldError(
+                    "entrypoint",
+                    f"the file {script!r} is not in the code context",
+                    "submit the directory that contains it (trainhub submit SPEC -C DIR), or "
+                    "fix the path relative to that directory",
+                )
+            ]
+        )
+
+
+def parse_spec(text: str) -> ExperimentSpec:
+    """Parse a YAML spec; raise InvalidSpec with field paths (and YAML line numbers)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InvalidSpec(
+            [FieldError("", f"not valid YAML at {where}: {problem}", "fix the YAML syntax")]
+        ) from None
+    return validate_spec(data)
+
+
+def validate_spec(data: Any) -> ExperimentSpec:
+    if not isinstance(data, dict):
+        raise InvalidSpec(
+            [
+                FieldError(
+                    "",
+                    f"the spec must be a mapping of fields, got {type(data).__name__}",
+                    "start from examples/mnist/experiment.yaml",
+                )
+            ]
+        )
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidSpec(field_errors_from_pydantic(exc, ExperimentSpec)) from None

@@ -1,0 +1,62 @@
+"""Turn pydantic's validation errors into field paths with hints a user can act on."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from trainhub.core.errors import FieldError
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that holds the field at ``loc`` (to list its known fields)."""
+    current: type[BaseModel] = model
+    for part in loc:
+        if not isinstance(part, str):
+            continue
+        info = current.model_fields.get(part)
+        if info is None:
+            return current
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            current = annotation
+        else:
+            return current
+    return current
+
+
+def field_errors_from_pydantic(exc: ValidationError, model: type[BaseModel]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        path = ".".join(str(p) for p in loc)
+        kind = err["type"]
+        message = err["msg"]
+        hint = ""
+        if kind == "extra_forbidden":
+            owner = _model_at(model, loc[:-1])
+            known = sorted(owner.model_fields) if owner else []
+            name = str(loc[-1])
+            close = difflib.get_close_matches(name, known, n=1)
+            message = f"unknown field {name!r}"
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint += "known fields here: " + ", ".join(known)
+        elif kind == "missing":
+            message = "this field is required"
+            hint = "add it to the spec"
+        elif kind == "value_error":
+            message = message.removeprefix("Value error, ")
+        elif kind in {"enum", "literal_error"}:
+            got = err.get("input")
+            message = f"{got!r} is not allowed; " + message.replace("Input should be", "use")
+        elif kind.startswith(("greater", "less")):
+            hint = "change the value to lie in the allowed range"
+        elif kind == "string_pattern_mismatch":
+            hint = "use letters, digits, '-', '_' and '.', starting with a letter or digit"
+        elif kind.endswith("_type") or kind.endswith("_parsing"):
+            got = type(err.get("input")).__name__
+            hint = f"got a value of type {got}"
+        errors.append(FieldError(path, message, hint))
+    return errors

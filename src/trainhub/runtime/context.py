@@ -1,0 +1,624 @@
+"""``trainhub.init()`` and the :class:`Context` a training script works with."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import math
+import operator
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING, Any, SupportsIndex, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from trainhub.runtime import protocol
+from trainhub.runtime.checkpoints import (
+    BaseCheckpointStore,
+    CheckpointHandle,
+    LocalCheckpointStore,
+    RemoteCheckpointStore,
+)
+from trainhub.runtime.data import make_data_loader, set_loader_epoch
+from trainhub.runtime.environment import LaunchEnv
+from trainhub.runtime.metrics import (
+    BaseMetricsSink,
+    LocalMetricsSink,
+    NullMetricsSink,
+    RemoteMetricsSink,
+    coerce_metrics,
+    make_point,
+)
+from trainhub.runtime.model import BaseCommStrategy
+from trainhub.runtime.options import RuntimeOptions
+from trainhub.runtime.process_group import (
+    agree_on_stop,
+    ensure_process_group,
+    select_device,
+)
+from trainhub.runtime.signals import SignalPoller
+from trainhub.runtime.transport import Backoff, ControlPlaneClient
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from trainhub.runtime.distributed import DistributedConfig, PreparedModel, StepTimer
+
+logger = logging.getLogger("trainhub.runtime")
+
+T = TypeVar("T")
+
+_current: Context | None = None
+_current_lock = threading.Lock()
+
+
+def init(
+    hparams: Mapping[str, Any] | None = None,
+    *,
+    metrics_file: str | Path | None = None,
+    checkpoint_dir: str | Path | None = None,
+    flush_timeout_s: float | None = None,
+    options: RuntimeOptions | None = None,
+) -> Context:
+    """Start the trainhub runtime in this process; call it once, on every rank, first thing.
+
+    Reads the launch environment (torchrun's ``RANK``/``WORLD_SIZE``/... and the ``TRAINHUB_*``
+    variables the executor sets). When ``WORLD_SIZE > 1`` and ``torch.distributed`` is not yet
+    initialised, joins the process group (``env://``; NCCL when this rank has a GPU, else gloo)
+    and selects the GPU of ``LOCAL_RANK``; this blocks until every rank has called ``init``.
+
+    Without ``TRAINHUB_API_URL`` the script runs standalone: metrics go to stdout and a local
+    JSON-lines file, checkpoints to a local directory, and ``should_stop()`` is always False.
+
+    A second call while the first context is open returns that context (its arguments ignored).
+
+    Args:
+        hparams: Default hyperparameters; the trial's ``TRAINHUB_HPARAMS`` override them.
+        metrics_file: Standalone: where metric lines are appended
+            (default ``./trainhub-metrics.jsonl``).
+        checkpoint_dir: Standalone: where ``step-N.pt`` files go (default ``./checkpoints``).
+        flush_timeout_s: How long ``close()`` keeps retrying undelivered metrics and checkpoint
+            uploads while the control plane is unreachable (default 600).
+        options: All tuning knobs at once (the environment's overrides are then ignored).
+
+    Returns:
+        The context of this rank.
+
+    Example:
+        >>> import trainhub
+        >>> ctx = trainhub.init(hparams={"lr": 0.01, "epochs": 10})  # doctest: +SKIP
+        >>> ctx.hparams["lr"], ctx.rank, ctx.world_size  # doctest: +SKIP
+        (0.01, 0, 1)
+    """
+    global _current  # noqa: PLW0603 (one runtime per process)
+    with _current_lock:
+        if _current is not None and not _current.closed:
+            return _current
+        env = LaunchEnv.from_env()
+        base = options if options is not None else RuntimeOptions.from_env()
+        resolved = base.replace(
+            metrics_file=metrics_file,
+            checkpoint_dir=checkpoint_dir,
+            flush_timeout_s=flush_timeout_s,
+        )
+        # absolute now, so a later chdir in the script does not move them
+        resolved = resolved.replace(
+            metrics_file=resolved.metrics_file.resolve(),
+            checkpoint_dir=resolved.checkpoint_dir.resolve(),
+        )
+        _current = Context(env, resolved, {**(hparams or {}), **env.hparams})
+        return _current
+
+
+class Context:
+    """One rank's handle on the runtime; made by :func:`trainhub.init`.
+
+    Methods that ship data (``report``, ``set_progress``, ``save_checkpoint``) act on rank 0 and
+    are no-ops elsewhere, so every rank may call them. ``should_stop`` is a collective: every
+    rank must call it at the same point. ``restore`` is meant for every rank.
+
+    Example:
+        >>> ctx = trainhub.init()  # doctest: +SKIP
+        >>> with ctx:  # close() at the end flushes metrics and uploads  # doctest: +SKIP
+        ...     for epoch in range(ctx.hparams["epochs"]):
+        ...         ctx.report(step=epoch, loss=train_one_epoch())
+    """
+
+    def __init__(self, env: LaunchEnv, options: RuntimeOptions, hparams: dict[str, Any]) -> None:
+        self._env = env
+        self._options = options
+        self._hparams = hparams
+        self._device = select_device(env.local_rank, env.local_world_size)
+        self._owns_process_group = ensure_process_group(
+            rank=env.rank, world_size=env.world_size, device=self._device
+        )
+        if env.world_size > 1 and dist.get_world_size() != env.world_size:
+            raise ValueError(
+                f"WORLD_SIZE={env.world_size} but the existing process group has "
+                f"{dist.get_world_size()} ranks"
+            )
+        self._stopped = False
+        self._stop_reason: str | None = None
+        self._prepared: PreparedModel | None = None
+        self._poller: SignalPoller | None = None
+        self._closed = False
+        self._closing = False
+        self._close_lock = threading.Lock()
+        self._close_result = True
+        self._metrics: BaseMetricsSink
+        self._checkpoints: BaseCheckpointStore
+        if env.api_url is not None and env.trial_id is not None:
+            self._setup_managed(env.api_url, env.trial_id)
+        else:
+            self._metrics = (
+                LocalMetricsSink(options.metrics_file) if self.is_chief else NullMetricsSink()
+            )
+            self._checkpoints = LocalCheckpointStore(options.checkpoint_dir)
+        self._previous_sigterm: Any = None
+        self._install_exit_hooks()
+
+    def _setup_managed(self, api_url: str, trial_id: int) -> None:
+        env, options = self._env, self._options
+
+        def client() -> ControlPlaneClient:
+            return ControlPlaneClient(api_url, env.token, trial_id, options.request_timeout_s)
+
+        def backoff() -> Backoff:
+            return Backoff(options.retry_initial_s, options.retry_max_s)
+
+        spool = env.spool_dir or Path(tempfile.mkdtemp(prefix=f"trainhub-trial-{trial_id}-"))
+        self._spool_dir = spool
+        if self.is_chief:
+            self._metrics = RemoteMetricsSink(
+                client,
+                attempt=env.attempt,
+                batch_s=options.metrics_batch_s,
+                batch_max_points=options.metrics_batch_max_points,
+                backoff=backoff(),
+                spill_path=spool / "undelivered-metrics.jsonl",
+            )
+            self._poller = SignalPoller(client, poll_s=options.signals_poll_s)
+        else:
+            self._metrics = NullMetricsSink()
+        self._checkpoints = RemoteCheckpointStore(
+            client,
+            spool_dir=spool,
+            attempt=env.attempt,
+            restore_checkpoint_id=env.restore_checkpoint_id,
+            backoff_factory=backoff,
+            restore_timeout_s=options.flush_timeout_s,
+        )
+
+    def __repr__(self) -> str:
+        mode = f"trial {self.trial_id}" if self.managed else "standalone"
+        return f"Context(rank={self.rank}/{self.world_size}, device={self.device}, {mode})"
+
+    # --- who and where ---
+
+    @property
+    def rank(self) -> int:
+        """Global rank of this process, 0 to ``world_size - 1``."""
+        return self._env.rank
+
+    @property
+    def local_rank(self) -> int:
+        """Rank among the processes of this node."""
+        return self._env.local_rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks of the trial."""
+        return self._env.world_size
+
+    @property
+    def is_chief(self) -> bool:
+        """True on rank 0, the rank that reports metrics and writes checkpoints."""
+        return self._env.rank == 0
+
+    @property
+    def device(self) -> torch.device:
+        """This rank's GPU (``cuda:N``) if it has one, else ``cpu``."""
+        return self._device
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        """Hyperparameters: the defaults given to ``init`` overridden by the trial's."""
+        return self._hparams
+
+    @property
+    def trial_id(self) -> int | None:
+        """The trial this run belongs to; None standalone."""
+        return self._env.trial_id
+
+    @property
+    def experiment_id(self) -> int | None:
+        return self._env.experiment_id
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first run of the trial, 2 after the first restart, ..."""
+        return self._env.attempt
+
+    @property
+    def managed(self) -> bool:
+        """True when launched by the control plane, False standalone."""
+        return self._env.managed
+
+    @property
+    def distributed_config(self) -> Mapping[str, Any] | None:
+        """The spec's ``distributed`` section (``TRAINHUB_DISTRIBUTED``), if any."""
+        return self._env.distributed
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why ``should_stop()`` returned True (e.g. "preempted"); None until it did."""
+        return self._stop_reason
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # --- model and data ---
+
+    def prepare_model(
+        self, model: nn.Module, *, strategy: BaseCommStrategy | None = None
+    ) -> nn.Module:
+        """Move ``model`` to this rank's device and apply the spec's ``distributed`` section.
+
+        Every rank calls it with the same architecture. With several ranks the model is wrapped
+        for the configured strategy (``allreduce``: DDP; ``fp16``/``bf16``/``powersgd``/
+        ``onebit``/``topk``/``localsgd``: DDP with that communication hook; ``ps``: parameter
+        shards as Ray actors), plus activation checkpointing or FSDP when asked. Then call
+        :meth:`prepare_optimizer` on your optimizer (local SGD and ``ps`` need it) and use
+        :meth:`autocast` / :meth:`backward` for mixed precision. Save
+        ``trainhub.runtime.unwrap_model(model).state_dict()``.
+
+        Args:
+            model: The user's module.
+            strategy: Replace the spec's strategy with one of your own (a
+                :class:`~trainhub.runtime.model.BaseCommStrategy`).
+
+        Example:
+            >>> model = ctx.prepare_model(LeNet())  # doctest: +SKIP
+            >>> optimizer = ctx.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+        """
+        if strategy is not None:
+            model = model.to(self._device)
+            return model if self.world_size <= 1 else strategy.wrap(model, device=self._device)
+        from trainhub.runtime.distributed import apply_strategy
+
+        name = f"trainhub-ps-t{self.trial_id}-a{self.attempt}" if self.trial_id else None
+        self._prepared = apply_strategy(model, self.distributed, device=self._device, ps_name=name)
+        return self._prepared.model
+
+    @property
+    def distributed(self) -> DistributedConfig:
+        """The parsed ``distributed`` section of the spec (defaults when there is none)."""
+        from trainhub.runtime.distributed import DistributedConfig
+
+        return DistributedConfig.from_mapping(self._env.distributed or {})
+
+    @property
+    def prepared(self) -> PreparedModel | None:
+        """What :meth:`prepare_model` built: meter, precision, averager, optimizer helpers."""
+        return self._prepared
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The optimizer every rank must step under the strategy (every rank calls it).
+
+        ``localsgd`` adds periodic model averaging after the step; ``ps`` pushes gradients to the
+        shards and pulls weights; other strategies return ``optimizer`` itself.
+        """
+        if self._prepared is None:
+            return optimizer
+        return self._prepared.wrap_optimizer(optimizer)
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        """Run the forward pass in the spec's precision (``memory.precision``): bf16 autocast
+        on CPU and GPU, fp16 with a gradient scaler on GPU; a no-op for fp32."""
+        if self._prepared is None:
+            yield
+            return
+        with self._prepared.precision.autocast():
+            yield
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, scaled when the precision is fp16 (use with :meth:`step`)."""
+        if self._prepared is None:
+            loss.backward()  # type: ignore[no-untyped-call]
+        else:
+            self._prepared.precision.backward(loss)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer.step()``, unscaling and skipping overflowed steps under fp16."""
+        if self._prepared is None:
+            optimizer.step()
+        else:
+            self._prepared.precision.step(optimizer)
+
+    def step_timer(self, report_every_steps: int | None = None) -> StepTimer:
+        """A :class:`~trainhub.runtime.distributed.StepTimer` bound to the prepared model's
+        communication meter: where each step's time goes (data, forward, backward, waiting for
+        communication, optimizer), bytes per step and samples/s. Report ``timer.summary()``
+        with :meth:`report`; ``trainhub show`` prints it as a table."""
+        from trainhub.runtime.distributed import StepTimer
+
+        meter = self._prepared.meter if self._prepared is not None else None
+        return StepTimer(meter=meter, device=self._device, report_every_steps=report_every_steps)
+
+    def prepare_data_loader(
+        self, dataset: Dataset[T], batch_size: int, shuffle: bool = True, **kwargs: Any
+    ) -> DataLoader[T]:
+        """A DataLoader over this rank's shard of ``dataset`` (all of it when world size is 1).
+
+        With several ranks each gets a disjoint ``1/world_size`` of the samples per epoch (a
+        DistributedSampler; the last shard is padded with repeats so every rank runs as many
+        steps). Call :meth:`set_epoch` at the start of each epoch so the shuffle differs.
+
+        Args:
+            dataset: A map-style dataset, the same on every rank.
+            batch_size: Per-rank batch size (the global batch is ``world_size`` times larger).
+            shuffle: Shuffle each epoch.
+            **kwargs: Passed to ``torch.utils.data.DataLoader`` (``num_workers``, ...).
+
+        Example:
+            >>> loader = ctx.prepare_data_loader(train_set, batch_size=64)  # doctest: +SKIP
+            >>> for epoch in range(10):  # doctest: +SKIP
+            ...     ctx.set_epoch(loader, epoch)
+        """
+        # the shuffle must be the same permutation on every rank: seed it from the trial
+        seed = self._hparams.get("seed", 0)
+        return make_data_loader(
+            dataset,
+            batch_size,
+            shuffle=shuffle,
+            rank=self.rank,
+            world_size=self.world_size,
+            seed=seed if isinstance(seed, int) else 0,
+            **kwargs,
+        )
+
+    def set_epoch(self, loader: DataLoader[Any], epoch: int) -> None:
+        """Reshuffle a loader from :meth:`prepare_data_loader` for ``epoch`` (every rank)."""
+        set_loader_epoch(loader, epoch)
+
+    # --- metrics ---
+
+    def report(self, *, step: int, **metrics: object) -> None:
+        """Record metrics of ``step``; rank 0 ships them, other ranks ignore the call.
+
+        Values may be Python or NumPy numbers or one-element tensors; they become floats. The
+        call never waits on the network: points are batched (every second or 100 points) and
+        sent by a background thread, retried while the control plane is unreachable, and
+        flushed by ``close()`` (also at exit and on SIGTERM). Reporting a step again replaces
+        its values, so re-reporting after a restore is fine. Standalone: one JSON line on
+        stdout, appended to the metrics file.
+
+        Args:
+            step: Position in training (epoch or batch number), an int >= 0.
+            **metrics: Metric names and values, e.g. ``train_loss=loss``.
+
+        Example:
+            >>> ctx.report(step=epoch, train_loss=loss, val_accuracy=0.97)  # doctest: +SKIP
+        """
+        if not self.is_chief:
+            return
+        step = _as_step(step)
+        if not metrics:
+            raise ValueError(
+                "report() needs at least one metric, e.g. ctx.report(step=3, loss=0.1)"
+            )
+        self._metrics.add(make_point(step, coerce_metrics(metrics)))
+
+    def set_progress(
+        self, current: float, total: float | None = None, unit: str = "epochs"
+    ) -> None:
+        """Tell the control plane how far training is (rank 0; sent with the next batch).
+
+        Example:
+            >>> ctx.set_progress(epoch + 1, total=epochs)  # doctest: +SKIP
+        """
+        if not self.is_chief:
+            return
+        progress: protocol.Progress = {
+            "current": float(current),
+            "total": None if total is None else float(total),
+            "unit": str(unit),
+        }
+        self._metrics.set_progress(progress)
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Send pending metrics now and wait up to ``timeout_s``; True if all were delivered."""
+        timeout = self._options.flush_timeout_s if timeout_s is None else timeout_s
+        return self._metrics.flush(timeout)
+
+    # --- checkpoints ---
+
+    def save_checkpoint(
+        self, state: Mapping[str, Any], step: int, metrics: Mapping[str, object] | None = None
+    ) -> CheckpointHandle | None:
+        """Save training state; every rank may call it, rank 0 alone writes.
+
+        Rank 0 writes ``torch.save(state)`` before returning (training may then change its
+        tensors); in managed mode the file is uploaded in the background, retried while the
+        control plane is unreachable, and ``close()`` waits for the upload. Other ranks return
+        None at once and write nothing. Standalone: ``./checkpoints/step-N.pt``.
+
+        Args:
+            state: What to save, e.g. ``{"model": ..., "optimizer": ..., "epoch": epoch}``.
+            step: The step this state belongs to.
+            metrics: Values that rank this checkpoint (the searcher metric), e.g.
+                ``{"val_accuracy": 0.97}``.
+
+        Returns:
+            On rank 0 a :class:`CheckpointHandle` (``handle.wait()`` blocks until registered;
+            ``handle.id`` is then the control plane's id); None on other ranks.
+
+        Example:
+            >>> ctx.save_checkpoint({"model": model.state_dict(), "epoch": epoch}, step=epoch,
+            ...                     metrics={"val_accuracy": acc})  # doctest: +SKIP
+        """
+        if not self.is_chief:
+            return None
+        step = _as_step(step)
+        if not isinstance(state, Mapping):
+            raise TypeError(f"save_checkpoint() takes a dict of state, got {type(state).__name__}")
+        values = {k: v for k, v in coerce_metrics(metrics or {}).items() if math.isfinite(v)}
+        return self._checkpoints.save(state, step, values)
+
+    def restore(self, *, weights_only: bool = True) -> dict[str, Any] | None:
+        """The state to resume from, loaded onto :attr:`device`; None for a fresh start.
+
+        Managed: the checkpoint the control plane named (``TRAINHUB_RESTORE_CHECKPOINT``),
+        downloaded once per node into the spool directory (ranks on other machines download
+        their own copy). Standalone: the highest ``./checkpoints/step-N.pt``. Every rank calls
+        it and gets the same state.
+
+        Args:
+            weights_only: ``torch.load``'s safe mode (tensors, dicts, lists, numbers, strings);
+                pass False for checkpoints holding other Python objects you trust.
+
+        Example:
+            >>> state = ctx.restore()  # doctest: +SKIP
+            >>> start = state["epoch"] + 1 if state else 0  # doctest: +SKIP
+        """
+        return self._checkpoints.load(self._device, weights_only=weights_only)
+
+    # --- stopping ---
+
+    def should_stop(self) -> bool:
+        """True when the trial should save a checkpoint and exit (pruned, preempted, canceled).
+
+        A collective: with several ranks, every rank must call it at the same point (e.g. once
+        per epoch or every N steps); rank 0's answer from the control plane is shared with an
+        all-reduce, so all ranks get the same answer at the same step. Rank 0 polls the control
+        plane every few seconds in the background, so the call does not wait on the network.
+        Once True it stays True; :attr:`stop_reason` says why. Standalone: always False.
+
+        Example:
+            >>> if ctx.should_stop():  # doctest: +SKIP
+            ...     ctx.save_checkpoint(state, step=epoch)
+            ...     break
+        """
+        if self._stopped:
+            return True
+        local_stop, reason = False, None
+        if self._poller is not None:
+            signal_now = self._poller.current()
+            local_stop, reason = signal_now.should_stop, signal_now.reason
+        if self.managed and self.world_size > 1:
+            local_stop, reason = agree_on_stop(local_stop, reason, self._device)
+        if local_stop:
+            self._stopped = True
+            self._stop_reason = reason or "stop requested by the control plane"
+        return local_stop
+
+    # --- shutdown ---
+
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Deliver pending metrics and checkpoint uploads, then release the runtime.
+
+        Keeps retrying while the control plane is unreachable, for at most ``timeout_s``
+        (default: the ``flush_timeout_s`` of ``init``). Also runs at interpreter exit and on
+        SIGTERM. Destroys the process group if ``init`` created it. Calling it again does
+        nothing. Every rank may call it; only rank 0 has anything to deliver.
+
+        Returns:
+            True if everything was delivered.
+        """
+        return self._close(timeout_s, from_exit=False)
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _close(self, timeout_s: float | None, *, from_exit: bool) -> bool:
+        with self._close_lock:
+            if self._closed or self._closing:
+                return self._close_result
+            self._closing = True
+        timeout = self._options.flush_timeout_s if timeout_s is None else timeout_s
+        started = time.monotonic()
+        try:
+            self._metrics.begin_close(timeout)
+            self._checkpoints.begin_close(timeout)
+            delivered = self._metrics.finish_close()
+            delivered = self._checkpoints.finish_close() and delivered
+            if self._poller is not None:
+                self._poller.close()
+            if not delivered:
+                logger.error(
+                    "trainhub: some metrics or checkpoints were not delivered within %.0f s",
+                    time.monotonic() - started,
+                )
+            self._close_result = delivered
+        finally:
+            self._closed = True
+            self._remove_exit_hooks()
+            if not from_exit and self._owns_process_group and dist.is_initialized():
+                dist.destroy_process_group()
+        return self._close_result
+
+    def _install_exit_hooks(self) -> None:
+        atexit.register(self._close_at_exit)
+        if (
+            not self._options.handle_sigterm
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _remove_exit_hooks(self) -> None:
+        atexit.unregister(self._close_at_exit)
+        if (
+            self._previous_sigterm is not None
+            and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == self._on_sigterm
+        ):
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+    def _close_at_exit(self) -> None:
+        self._close(None, from_exit=True)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        if self._closing:
+            # already flushing on the way out: let it finish within its timeout
+            return
+        print(
+            "trainhub: SIGTERM received; flushing metrics and checkpoints, then exiting",
+            file=sys.stderr,
+            flush=True,
+        )
+        # unwind the main thread (running finally blocks and releasing locks) and leave through
+        # the atexit hook, which flushes; flushing right here could deadlock on a lock held by
+        # the code this signal interrupted
+        raise SystemExit(128 + signum)
+
+
+def _as_step(step: object) -> int:
+    if isinstance(step, bool) or not isinstance(step, SupportsIndex):
+        raise TypeError(f"step must be an int, got {type(step).__name__}")
+    value = operator.index(step)
+    if value < 0:
+        raise ValueError(f"step must be >= 0, got {value}")
+    return value

@@ -1,0 +1,83 @@
+"""The wire contract between a training process (the runtime) and the control plane.
+
+This module is the only thing the runtime and the server share. It holds names and plain
+payload shapes, no behaviour: environment variables the executor sets for every rank, and the
+HTTP routes (all under ``/api/v1``, authenticated with ``Authorization: Bearer $TRAINHUB_TOKEN``,
+a token scoped to one trial) the runtime calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+# --- environment set for every rank (besides torchrun's RANK, LOCAL_RANK, WORLD_SIZE,
+# LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK) ---
+ENV_API_URL = "TRAINHUB_API_URL"  # e.g. http://10.0.0.1:8080
+ENV_TOKEN = "TRAINHUB_TOKEN"  # bearer token valid for this trial only
+ENV_TRIAL_ID = "TRAINHUB_TRIAL_ID"
+ENV_EXPERIMENT_ID = "TRAINHUB_EXPERIMENT_ID"
+ENV_ATTEMPT = "TRAINHUB_ATTEMPT"  # 1 for the first run of a trial, 2 after a restart, ...
+ENV_HPARAMS = "TRAINHUB_HPARAMS"  # JSON object of hyperparameters
+ENV_RESTORE_CHECKPOINT = "TRAINHUB_RESTORE_CHECKPOINT"  # checkpoint id to restore, or unset
+ENV_DISTRIBUTED = "TRAINHUB_DISTRIBUTED"  # JSON of the spec's distributed section, if any
+ENV_SPOOL_DIR = "TRAINHUB_SPOOL_DIR"  # node-local scratch directory of this attempt
+
+# --- optional tuning of the runtime (the executor may set them; the runtime has defaults) ---
+ENV_FLUSH_TIMEOUT_S = "TRAINHUB_FLUSH_TIMEOUT_S"  # how long close() keeps retrying; default 600
+ENV_METRICS_BATCH_S = "TRAINHUB_METRICS_BATCH_S"  # how long points wait to form a batch; default 1
+ENV_SIGNALS_POLL_S = "TRAINHUB_SIGNALS_POLL_S"  # how often rank 0 asks for signals; default 5
+
+API_PREFIX = "/api/v1"
+
+
+def metrics_path(trial_id: int) -> str:
+    """POST a :class:`MetricsBatch`; 204. Idempotent: a step reported again replaces values."""
+    return f"{API_PREFIX}/trials/{trial_id}/metrics"
+
+
+def checkpoints_path(trial_id: int) -> str:
+    """POST the checkpoint file as the raw request body (``application/octet-stream``) with
+    query parameters ``uuid`` (chosen by the runtime; a retry with the same uuid registers
+    nothing twice), ``step``, ``attempt`` and ``metrics`` (a JSON object). Answers
+    :class:`CheckpointRecord`."""
+    return f"{API_PREFIX}/trials/{trial_id}/checkpoints"
+
+
+def checkpoint_file_path(trial_id: int, checkpoint_id: int) -> str:
+    """GET the bytes of a checkpoint."""
+    return f"{API_PREFIX}/trials/{trial_id}/checkpoints/{checkpoint_id}/file"
+
+
+def signals_path(trial_id: int) -> str:
+    """GET a :class:`Signals`: whether the trial should checkpoint and stop, and why."""
+    return f"{API_PREFIX}/trials/{trial_id}/signals"
+
+
+class MetricPoint(TypedDict):
+    step: int
+    values: dict[str, float]
+    time: float  # unix seconds when reported
+
+
+class Progress(TypedDict):
+    current: float
+    total: float | None
+    unit: str  # "epochs", "steps", ...
+
+
+class MetricsBatch(TypedDict, total=False):
+    attempt: int
+    points: list[MetricPoint]
+    progress: Progress
+
+
+class CheckpointRecord(TypedDict):
+    id: int
+    uuid: str
+    step: int
+    metrics: dict[str, Any]
+
+
+class Signals(TypedDict):
+    should_stop: bool
+    reason: str | None

@@ -1,0 +1,269 @@
+"""HTTP calls to the control plane, and the retry rule every caller shares.
+
+The rule: a connection error, a timeout, 408, 429 or any 5xx means the control plane is away
+(restarting, overloaded) and the call is tried again with exponential back-off; any other 4xx
+means the request itself is wrong (a bug, an expired token) and retrying cannot help.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import httpx
+
+from trainhub.runtime import protocol
+
+logger = logging.getLogger("trainhub.runtime")
+
+T = TypeVar("T")
+
+_RETRYABLE_STATUS = frozenset({408, 429})
+_CHUNK_BYTES = 1 << 20
+
+
+class TransientError(Exception):
+    """The control plane could not be reached or answered 408, 429 or 5xx: try again later."""
+
+
+class ControlPlaneError(Exception):
+    """The control plane refused a request (4xx other than 408/429): retrying cannot help."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class DeadlineExceeded(Exception):
+    """Retries went on until the deadline; the last error is the ``__cause__``."""
+
+
+class ControlPlaneClient:
+    """The routes of :mod:`trainhub.runtime.protocol` for one trial.
+
+    One instance per thread: each background thread of the runtime owns its client.
+    """
+
+    def __init__(self, api_url: str, token: str | None, trial_id: int, timeout_s: float) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=api_url, headers=headers, timeout=timeout_s)
+        self._trial_id = trial_id
+        self._timeout_s = timeout_s
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _timeout(self, budget_s: float | None) -> float:
+        if budget_s is None or not math.isfinite(budget_s):
+            return self._timeout_s
+        return max(0.5, min(self._timeout_s, budget_s))
+
+    def post_metrics(self, batch: protocol.MetricsBatch, budget_s: float | None = None) -> None:
+        # json.dumps ourselves: the values were checked finite; keep the body compact
+        body = json.dumps(batch, separators=(",", ":")).encode()
+        response = _send(
+            lambda: self._http.post(
+                protocol.metrics_path(self._trial_id),
+                content=body,
+                headers={"Content-Type": "application/json"},
+                timeout=self._timeout(budget_s),
+            )
+        )
+        _check(response, "POST metrics")
+
+    def upload_checkpoint(
+        self,
+        path: Path,
+        *,
+        uuid: str,
+        step: int,
+        attempt: int,
+        metrics: Mapping[str, float],
+        budget_s: float | None = None,
+    ) -> protocol.CheckpointRecord:
+        size = path.stat().st_size
+        params = {
+            "uuid": uuid,
+            "step": str(step),
+            "attempt": str(attempt),
+            "metrics": json.dumps(dict(metrics), separators=(",", ":")),
+        }
+        response = _send(
+            lambda: self._http.post(
+                protocol.checkpoints_path(self._trial_id),
+                params=params,
+                content=_file_chunks(path),
+                # an explicit length keeps httpx from chunking: simpler for every server
+                headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+                timeout=self._timeout(budget_s),
+            )
+        )
+        _check(response, "upload checkpoint")
+        record = _json(response, "upload checkpoint")
+        if not isinstance(record, dict) or "id" not in record:
+            raise ControlPlaneError(f"upload checkpoint: unexpected answer {record!r}")
+        return cast(protocol.CheckpointRecord, record)
+
+    def download_checkpoint(
+        self, checkpoint_id: int, destination: Path, budget_s: float | None = None
+    ) -> None:
+        """Stream the checkpoint's bytes into ``destination`` (written whole or not at all)."""
+        partial = destination.with_name(f"{destination.name}.part-{threading.get_ident()}")
+        url = protocol.checkpoint_file_path(self._trial_id, checkpoint_id)
+        try:
+            with self._http.stream("GET", url, timeout=self._timeout(budget_s)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    _check(response, f"download checkpoint {checkpoint_id}")
+                with partial.open("wb") as out:
+                    for chunk in response.iter_bytes(_CHUNK_BYTES):
+                        out.write(chunk)
+            partial.replace(destination)
+        except httpx.TransportError as exc:
+            raise TransientError(f"download checkpoint {checkpoint_id}: {exc!r}") from exc
+        finally:
+            partial.unlink(missing_ok=True)
+
+    def get_signals(self, budget_s: float | None = None) -> protocol.Signals:
+        response = _send(
+            lambda: self._http.get(
+                protocol.signals_path(self._trial_id), timeout=self._timeout(budget_s)
+            )
+        )
+        _check(response, "GET signals")
+        data = _json(response, "GET signals")
+        if not isinstance(data, dict) or not isinstance(data.get("should_stop"), bool):
+            raise ControlPlaneError(f"GET signals: unexpected answer {data!r}")
+        reason = data.get("reason")
+        return {
+            "should_stop": data["should_stop"],
+            "reason": None if reason is None else str(reason),
+        }
+
+
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK_BYTES):
+            yield chunk
+
+
+def _send(request: Callable[[], httpx.Response]) -> httpx.Response:
+    try:
+        return request()
+    except httpx.TransportError as exc:
+        raise TransientError(repr(exc)) from exc
+
+
+def _check(response: httpx.Response, what: str) -> None:
+    status = response.status_code
+    if status < 300:
+        return
+    detail = response.text[:500]
+    if status in _RETRYABLE_STATUS or status >= 500:
+        raise TransientError(f"{what}: HTTP {status} {detail}")
+    raise ControlPlaneError(f"{what}: HTTP {status} {detail}", status)
+
+
+def _json(response: httpx.Response, what: str) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise ControlPlaneError(f"{what}: answer is not JSON: {response.text[:200]!r}") from None
+
+
+class Backoff:
+    """Exponential back-off with jitter: initial, 2x initial, ... up to a ceiling."""
+
+    def __init__(self, initial_s: float, max_s: float) -> None:
+        self._initial_s = initial_s
+        self._max_s = max_s
+        self._next_s = initial_s
+
+    def reset(self) -> None:
+        self._next_s = self._initial_s
+
+    def next_delay(self) -> float:
+        delay = self._next_s
+        self._next_s = min(self._max_s, max(self._next_s * 2, 0.01))
+        # jitter spreads the retries of many ranks/trials after a control-plane restart
+        return delay * random.uniform(0.8, 1.0)
+
+
+class Waker:
+    """A sleep that another thread can cut short (``close()`` wakes a backing-off sender)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._generation = 0
+
+    def sleep(self, seconds: float) -> None:
+        with self._cond:
+            generation = self._generation
+            self._cond.wait_for(lambda: self._generation != generation, timeout=seconds)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+
+def retry_transient(
+    call: Callable[[float], T],
+    *,
+    what: str,
+    deadline: Callable[[], float],
+    backoff: Backoff,
+    waker: Waker | None = None,
+) -> T:
+    """Run ``call(budget_s)`` until it returns, retrying :class:`TransientError`.
+
+    Args:
+        call: Does one try; receives the seconds left before the deadline (may be infinite).
+        what: Names the operation in log lines.
+        deadline: Returns the ``time.monotonic()`` instant after which to give up (the first
+            try happens even past it); read before every try, so a caller may move it
+            (``close()`` turns "never" into "in 10 minutes").
+        backoff: Spacing of the tries; reset on success.
+        waker: Lets another thread cut a back-off sleep short.
+
+    Raises:
+        DeadlineExceeded: The deadline passed; ``__cause__`` is the last TransientError.
+        ControlPlaneError: The control plane refused the request; not retried.
+    """
+    failures = 0
+    last_error: TransientError | None = None
+    last_logged = -math.inf
+    while True:
+        budget = deadline() - time.monotonic()
+        if budget <= 0 and failures:
+            raise DeadlineExceeded(f"{what}: gave up after {failures} failed tries") from last_error
+        budget = max(budget, 0.5)  # a past deadline still allows one short try
+        try:
+            result = call(budget)
+        except TransientError as exc:
+            failures += 1
+            last_error = exc
+            now = time.monotonic()
+            # one line at the first failure and then every minute: enough to see an outage
+            if now - last_logged >= 60:
+                logger.warning(
+                    "trainhub: %s failed (%s); control plane unreachable, retrying", what, exc
+                )
+                last_logged = now
+            delay = min(backoff.next_delay(), max(0.0, deadline() - now))
+            if waker is not None:
+                waker.sleep(delay)
+            else:
+                time.sleep(delay)
+            continue
+        if failures:
+            logger.warning("trainhub: %s succeeded after %d failed tries", what, failures)
+        backoff.reset()
+        return result

@@ -1,0 +1,188 @@
+"""The control plane process: wires adapters into services, runs the API and the control loop.
+
+This is the composition root. Settings are read once here and passed down; nothing below reads
+the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainhub.core.scheduling import BasePolicy
+from trainhub.core.scheduling.factory import create_policy
+from trainhub.core.scheduling.fair_config import FairShareConfig
+from trainhub.service.admin import AdminService, IssuedToken
+from trainhub.service.clock import system_clock
+from trainhub.service.container import Services
+from trainhub.service.control_loop import ControlLoop, LoopConfig
+from trainhub.service.experiments import ExperimentService
+from trainhub.service.tracking import TrackingService
+from trainhub.service.usage import UsageService
+
+log = logging.getLogger("trainhub.server")
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("TRAINHUB_HOME", Path.home() / ".trainhub"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = field(default_factory=default_home)
+    db_url: str | None = None  # default: SQLite in home
+    storage: Path | None = None  # default: home/artifacts
+    ray_address: str | None = None  # default: a local Ray head started (once) for this home
+    host: str = "127.0.0.1"
+    port: int = 8080
+    advertise_url: str | None = None  # the URL trials use to reach this server
+    tick_interval_s: float = 1.0
+    policy: str = "fair"
+    # fair share: decayed-usage half-life, and how long a trial runs before it may be preempted
+    usage_half_life_s: float = 24 * 3600.0
+    min_run_time_s: float = 600.0
+    preemption_cooldown_s: float = 1800.0
+    ray_num_cpus: int | None = None
+    ray_num_gpus: int | None = None
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or f"sqlite:///{self.home / 'trainhub.db'}"
+
+    @property
+    def storage_root(self) -> Path:
+        return self.storage or self.home / "artifacts"
+
+    @property
+    def api_url(self) -> str:
+        if self.advertise_url:
+            return self.advertise_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"
+
+
+def make_policy(settings: Settings) -> BasePolicy:
+    """The scheduling policy the settings ask for (the core factory builds it)."""
+    fair = FairShareConfig(
+        half_life_s=settings.usage_half_life_s,
+        min_run_time_s=settings.min_run_time_s,
+        preemption_cooldown_s=settings.preemption_cooldown_s,
+    )
+    return create_policy(settings.policy, fair=fair)
+
+
+class LoopThread:
+    """Runs control-loop ticks on one background thread; ``wake()`` runs the next one now."""
+
+    def __init__(self, loop: ControlLoop, interval_s: float) -> None:
+        self.loop = loop
+        self.interval_s = interval_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trainhub-control-loop", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.loop.tick()
+            except Exception:  # a failing tick must not end the loop; the next one retries
+                log.exception("control loop tick failed")
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+
+
+@dataclass
+class ControlPlane:
+    settings: Settings
+    services: Services
+    loop: ControlLoop
+    loop_thread: LoopThread
+    bootstrap_token: IssuedToken | None
+    ray_address: str
+
+
+def build_control_plane(settings: Settings) -> ControlPlane:
+    from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+    from trainhub.adapters.ray_executor import RayExecutor, ensure_local_ray
+    from trainhub.adapters.storage import LocalArtifactStore
+
+    settings.home.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.database_url)
+    migrate(engine)
+    uow = SqlUnitOfWork(engine)
+    store = LocalArtifactStore(settings.storage_root)
+    address = settings.ray_address or ensure_local_ray(
+        settings.home / "ray", num_cpus=settings.ray_num_cpus, num_gpus=settings.ray_num_gpus
+    )
+    executor = RayExecutor(address)
+    clock = system_clock
+    config = LoopConfig(settings.api_url, usage_half_life_s=settings.usage_half_life_s)
+    loop = ControlLoop(uow, executor, store, make_policy(settings), config, clock)
+    loop_thread = LoopThread(loop, settings.tick_interval_s)
+    admin = AdminService(uow, clock)
+    services = Services(
+        uow=uow,
+        clock=clock,
+        experiments=ExperimentService(uow, store, clock, wake_scheduler=loop_thread.wake),
+        tracking=TrackingService(uow, store, clock),
+        admin=admin,
+        usage=UsageService(uow, clock),
+        cluster_nodes=executor.cluster_nodes,
+    )
+    bootstrap = admin.bootstrap()
+    return ControlPlane(settings, services, loop, loop_thread, bootstrap, address)
+
+
+def save_admin_token(home: Path, secret: str) -> Path:
+    """Keep the first admin token in a file only its user can read."""
+    path = home / "admin-token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secret + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def serve(settings: Settings) -> None:
+    """Run the control plane until interrupted (``trainhub server``)."""
+    import uvicorn
+
+    from trainhub.api.app import create_app
+
+    plane = build_control_plane(settings)
+    if plane.bootstrap_token is not None:
+        path = save_admin_token(settings.home, plane.bootstrap_token.secret)
+        print(
+            "First start: created user 'admin' (tenant 'default').\n"
+            f"Admin token (shown once, also saved to {path}):\n\n"
+            f"    {plane.bootstrap_token.secret}\n",
+            flush=True,
+        )
+    from sqlalchemy.engine import make_url
+
+    database = make_url(settings.database_url).render_as_string(hide_password=True)
+    print(
+        f"trainhub control plane on {settings.api_url} (database {database}, "
+        f"artifacts {settings.storage_root}, Ray {plane.ray_address})",
+        flush=True,
+    )
+    plane.loop_thread.start()
+    app = create_app(plane.services)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    finally:
+        plane.loop_thread.stop()

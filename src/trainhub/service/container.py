@@ -1,0 +1,29 @@
+"""The services of one control plane, built once at start-up and handed to the entry points."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trainhub.core.resources import Node
+from trainhub.service.admin import AdminService, authenticate_with
+from trainhub.service.clock import Clock
+from trainhub.service.experiments import ExperimentService
+from trainhub.service.ports import Principal
+from trainhub.service.repository import UnitOfWork
+from trainhub.service.tracking import TrackingService
+from trainhub.service.usage import UsageService
+
+
+@dataclass
+class Services:
+    uow: UnitOfWork
+    clock: Clock
+    experiments: ExperimentService
+    tracking: TrackingService
+    admin: AdminService
+    usage: UsageService
+    cluster_nodes: Callable[[], list[Node]]
+
+    def authenticate(self, secret: str | None) -> Principal:
+        return authenticate_with(self.uow, self.clock, secret)

@@ -1,0 +1,65 @@
+"""Checking an uploaded code context: a tar.gz that must be safe to unpack anywhere."""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import tarfile
+
+from trainhub.core.errors import ContextTooLarge, InvalidContext
+
+DEFAULT_MAX_CONTEXT_BYTES = 96 * 1024 * 1024
+
+
+def check_context(data: bytes, max_bytes: int = DEFAULT_MAX_CONTEXT_BYTES) -> set[str]:
+    """Validate a context archive and return the names of its regular files.
+
+    Refused: archives over ``max_bytes`` (compressed or unpacked), member names that are
+    absolute or contain '..', links that point outside the archive, devices and FIFOs.
+    """
+    if len(data) > max_bytes:
+        raise ContextTooLarge(
+            f"the code context is {len(data) / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.0f} MB",
+            "exclude data and outputs with a .trainhubignore file, "
+            "or read data from shared storage",
+        )
+    files: set[str] = set()
+    unpacked = 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+            for member in archive:
+                name = member.name
+                normalized = posixpath.normpath(name)
+                if name.startswith("/") or normalized.startswith("..") or "/../" in f"/{name}/":
+                    raise InvalidContext(
+                        f"archive member {name!r} points outside the context",
+                        "build the archive with relative paths (trainhub submit does this)",
+                    )
+                if member.issym() or member.islnk():
+                    target = member.linkname
+                    base = posixpath.dirname(normalized) if member.issym() else ""
+                    resolved = posixpath.normpath(posixpath.join(base, target))
+                    if target.startswith("/") or resolved.startswith(".."):
+                        raise InvalidContext(
+                            f"link {name!r} -> {target!r} points outside the context",
+                            "remove the link or copy the file it points to",
+                        )
+                elif not (member.isfile() or member.isdir()):
+                    raise InvalidContext(
+                        f"archive member {name!r} is not a regular file or directory",
+                        "remove devices, FIFOs and sockets from the context",
+                    )
+                if member.isfile():
+                    unpacked += member.size
+                    files.add(normalized.removeprefix("./"))
+                if unpacked > 4 * max_bytes:
+                    raise ContextTooLarge(
+                        f"the code context unpacks to more than {4 * max_bytes / 1e6:.0f} MB",
+                        "exclude large files from the context",
+                    )
+    except tarfile.TarError as exc:
+        raise InvalidContext(
+            f"the code context is not a readable tar.gz archive: {exc}",
+            "upload a gzip-compressed tar file",
+        ) from None
+    return files

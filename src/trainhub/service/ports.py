@@ -1,0 +1,127 @@
+"""The ports the services need, and the plain values that cross them.
+
+Adapters implement these: ``trainhub.adapters.ray_executor`` the :class:`Executor`,
+``trainhub.adapters.storage`` the :class:`ArtifactStore`, ``trainhub.adapters.db`` the
+repository. Services depend on these protocols, never on the adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from trainhub.core.resources import Node
+from trainhub.core.spec import Placement
+
+
+@dataclass(frozen=True)
+class AttemptLaunch:
+    """Everything the executor needs to start all ranks of one attempt of a trial."""
+
+    attempt_key: str  # unique name, e.g. "t12-a2"; also names Ray actors and the placement group
+    trial_id: int
+    attempt: int
+    argv: tuple[str, ...]  # the entrypoint, split; run in the unpacked context directory
+    context_archive: bytes  # tar.gz of the code context (already checked safe on upload)
+    env: Mapping[str, str]  # TRAINHUB_* and user variables, the same for every rank
+    placement: tuple[str, ...]  # node id of each rank, as the policy chose
+    gpus_per_worker: int = 0
+    cpus_per_worker: float = 1.0
+    memory_gb_per_worker: float | None = None
+    strategy: Placement = Placement.PACK
+
+
+class RankPhase(StrEnum):
+    STARTING = "starting"  # actor placed, process not yet running
+    RUNNING = "running"
+    EXITED = "exited"  # process ended; exit_code says how
+    LOST = "lost"  # actor or node died; the process state is unknown
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    rank: int
+    phase: RankPhase
+    exit_code: int | None = None
+    # new output of the rank (stdout and stderr interleaved) from the offset asked for
+    log_chunk: bytes = b""
+    node_id: str | None = None
+
+
+class AttemptPhase(StrEnum):
+    PLACING = "placing"  # waiting for the placement group or actors
+    RUNNING = "running"  # at least one rank running, none failed
+    EXITED = "exited"  # every rank's process ended (see exit codes)
+    LOST = "lost"  # the attempt's actors or placement are gone
+    UNKNOWN = "unknown"  # the executor has never heard of this attempt
+
+
+@dataclass(frozen=True)
+class AttemptStatus:
+    attempt_key: str
+    phase: AttemptPhase
+    ranks: tuple[RankStatus, ...] = ()
+    detail: str = ""
+
+
+class Executor(Protocol):
+    """Runs attempts on the cluster. Implementations must be safe to call from one thread."""
+
+    def cluster_nodes(self) -> list[Node]:
+        """Every alive node with its total and free capacity now."""
+        ...
+
+    def launch(self, launch: AttemptLaunch) -> None:
+        """Start placing and running all ranks; returns without waiting for them."""
+        ...
+
+    def poll(self, attempt_key: str, log_offsets: Mapping[int, int]) -> AttemptStatus:
+        """State of every rank, with output produced past ``log_offsets[rank]`` bytes."""
+        ...
+
+    def terminate(self, attempt_key: str, grace_s: float = 10.0) -> None:
+        """End the process tree of every rank: SIGTERM, then SIGKILL after ``grace_s``."""
+        ...
+
+    def release(self, attempt_key: str) -> None:
+        """Free the attempt's actors and placement group. Idempotent."""
+        ...
+
+    def live_attempts(self) -> list[str]:
+        """Attempt keys whose actors exist (used to reconcile after a control-plane restart)."""
+        ...
+
+
+class ArtifactStore(Protocol):
+    """Blobs by key: code contexts, checkpoints, logs. Keys are '/'-separated relative paths."""
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def size(self, key: str) -> int:
+        """Size in bytes, 0 when the key does not exist."""
+        ...
+
+    def write_at(self, key: str, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` (truncating what follows): repeatable appends."""
+        ...
+
+    def read_range(self, key: str, offset: int, length: int | None = None) -> bytes: ...
+
+    def delete(self, key: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a user (with roles per tenant) or one trial (its runtime)."""
+
+    user_id: int | None
+    username: str
+    is_admin: bool = False
+    roles: Mapping[str, str] = field(default_factory=dict)  # tenant name -> admin|member|viewer
+    trial_id: int | None = None  # set for trial-scoped tokens

@@ -1,0 +1,155 @@
+"""The repository port: what the services need from the database.
+
+One implementation per backend (``trainhub.adapters.db``: SQLite and PostgreSQL through
+SQLAlchemy); one contract test suite (tests/adapters/test_repository_contract.py) runs against
+each. A unit of work is a context manager yielding a :class:`Repository`; it commits when the
+block ends without an exception and rolls back otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from trainhub.core.states import ExperimentState, TrialState
+from trainhub.service.records import (
+    Attempt,
+    AttemptUsage,
+    Checkpoint,
+    Experiment,
+    MetricPoint,
+    Tenant,
+    Token,
+    Trial,
+    TrialEvent,
+    User,
+)
+
+
+class Repository(Protocol):
+    # tenants
+    def add_tenant(self, name: str, now: float) -> Tenant: ...
+    def get_tenant(self, name: str) -> Tenant | None: ...
+    def list_tenants(self) -> list[Tenant]: ...
+    def update_tenant(self, name: str, **fields: Any) -> Tenant: ...
+
+    # users and memberships
+    def add_user(self, username: str, is_admin: bool, now: float) -> User: ...
+    def get_user(self, user_id: int) -> User | None: ...
+    def get_user_by_name(self, username: str) -> User | None: ...
+    def list_users(self) -> list[User]: ...
+    def set_membership(self, user_id: int, tenant_name: str, role: str) -> None: ...
+    def remove_membership(self, user_id: int, tenant_name: str) -> None: ...
+
+    # tokens (only hashes are stored)
+    def add_token(
+        self,
+        token_hash: str,
+        prefix: str,
+        name: str,
+        now: float,
+        user_id: int | None = None,
+        trial_id: int | None = None,
+        expires_at: float | None = None,
+    ) -> Token: ...
+    def find_token(self, token_hash: str) -> Token | None: ...
+    def get_token(self, token_id: int) -> Token | None: ...
+    def list_tokens(self, user_id: int) -> list[Token]: ...
+    def revoke_token(self, token_id: int) -> None: ...
+    def touch_token(self, token_id: int, now: float) -> None: ...
+
+    # experiments
+    def add_experiment(
+        self,
+        tenant: str,
+        owner_id: int,
+        name: str,
+        project: str,
+        spec: dict[str, Any],
+        spec_yaml: str,
+        context_size: int,
+        now: float,
+    ) -> Experiment: ...
+    def set_experiment_context(self, experiment_id: int, context_key: str) -> None: ...
+    def get_experiment(self, experiment_id: int) -> Experiment | None: ...
+    def list_experiments(
+        self,
+        tenants: Iterable[str] | None,
+        state: ExperimentState | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[Experiment], int]: ...
+    def set_experiment_state(
+        self, experiment_id: int, state: ExperimentState, ended_at: float | None
+    ) -> None: ...
+
+    # trials: the state column changes only through set_trial_state (checked against core)
+    def add_trial(
+        self, experiment_id: int, hparams: dict[str, Any], priority: str, now: float
+    ) -> Trial: ...
+    def get_trial(self, trial_id: int) -> Trial | None: ...
+    def list_trials(self, experiment_id: int) -> list[Trial]: ...
+    def trials_in_states(self, states: Sequence[TrialState]) -> list[Trial]: ...
+    def set_trial_state(self, trial_id: int, state: TrialState, **fields: Any) -> Trial: ...
+    def update_trial(self, trial_id: int, **fields: Any) -> Trial: ...
+    def experiment_of(self, trial_id: int) -> Experiment: ...
+
+    # attempts
+    def add_attempt(
+        self,
+        trial_id: int,
+        number: int,
+        key: str,
+        placement: Sequence[str],
+        restored_checkpoint_id: int | None,
+        token_id: int | None,
+        now: float,
+        num_slots: int = 0,
+    ) -> Attempt: ...
+    def open_attempt(self, trial_id: int) -> Attempt | None: ...
+    def list_attempts(self, trial_id: int) -> list[Attempt]: ...
+    def update_attempt(self, attempt_id: int, **fields: Any) -> Attempt: ...
+    def attempt_usage(self, since: float) -> list[AttemptUsage]:
+        """Attempts that held slots at some time after ``since`` (for accounting)."""
+        ...
+
+    def count_outcomes(self, trial_ids: Sequence[int], outcome: str) -> dict[int, int]:
+        """How many attempts of each trial ended with ``outcome``."""
+        ...
+
+    # metrics: one row per (trial, step); a step reported again merges and replaces values
+    def upsert_metrics(
+        self,
+        trial_id: int,
+        attempt: int,
+        points: Sequence[tuple[int, dict[str, float]]],
+        now: float,
+    ) -> None: ...
+    def list_metrics(
+        self, trial_id: int, after_step: int | None = None, limit: int = 10_000
+    ) -> list[MetricPoint]: ...
+
+    # checkpoints
+    def add_checkpoint(
+        self,
+        trial_id: int,
+        uuid: str,
+        step: int,
+        attempt: int,
+        metrics: dict[str, Any],
+        storage_key: str,
+        size_bytes: int,
+        now: float,
+    ) -> Checkpoint: ...
+    def get_checkpoint_by_uuid(self, uuid: str) -> Checkpoint | None: ...
+    def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None: ...
+    def list_checkpoints(self, trial_id: int) -> list[Checkpoint]: ...
+    def mark_checkpoint_deleted(self, checkpoint_id: int) -> None: ...
+
+    # trial events (an audit trail shown by `trainhub show`)
+    def add_event(self, trial_id: int, kind: str, message: str, now: float) -> None: ...
+    def list_events(self, trial_id: int, limit: int = 100) -> list[TrialEvent]: ...
+
+
+UnitOfWork = Callable[[], AbstractContextManager[Repository]]

@@ -1,0 +1,160 @@
+"""Usage accounting: allocated slot-hours per tenant, user and project per day, and the share
+each tenant received against its guarantee; and the decayed usage that fair share orders by.
+
+An attempt holds its trial's slots from the moment it is scheduled until it ends: that is what
+the tenant kept from others, whether or not its processes used them well.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from trainhub.core.errors import InvalidRequest
+from trainhub.core.fairshare import advance_usage, mean_life_s
+from trainhub.service.auth import require_user, visible_tenants
+from trainhub.service.clock import Clock
+from trainhub.service.ports import Principal
+from trainhub.service.records import AttemptUsage
+from trainhub.service.repository import UnitOfWork
+
+DAY_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    day: str  # UTC date, YYYY-MM-DD
+    tenant: str
+    user: str
+    project: str
+    slot_hours: float
+
+
+@dataclass(frozen=True)
+class TenantShareRow:
+    tenant: str
+    guaranteed_slots: int
+    slot_hours: float
+    average_slots: float  # slot_hours / hours of the period
+    # average_slots / guaranteed_slots; None when the tenant has no guarantee
+    share_of_guarantee: float | None
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    since: float
+    until: float
+    rows: list[UsageRow]
+    tenants: list[TenantShareRow]
+
+
+def _day(timestamp: float) -> str:
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(timestamp, _dt.UTC).strftime("%Y-%m-%d")
+
+
+def split_by_day(start: float, end: float) -> Iterable[tuple[str, float]]:
+    """(UTC day, seconds) pieces of the interval [start, end)."""
+    cursor = start
+    while cursor < end:
+        next_midnight = (math.floor(cursor / DAY_S) + 1) * DAY_S
+        piece_end = min(end, next_midnight)
+        yield _day(cursor), piece_end - cursor
+        cursor = piece_end
+
+
+def account(
+    attempts: Iterable[AttemptUsage], since: float, until: float
+) -> dict[tuple[str, str, str, str], float]:
+    """Slot-seconds per (day, tenant, user, project) inside [since, until)."""
+    totals: dict[tuple[str, str, str, str], float] = defaultdict(float)
+    for a in attempts:
+        start = max(a.start, since)
+        end = min(a.end if a.end is not None else until, until)
+        if end <= start or a.num_slots <= 0:
+            continue
+        for day, seconds in split_by_day(start, end):
+            totals[(day, a.tenant, a.user, a.project)] += seconds * a.num_slots
+    return totals
+
+
+class UsageService:
+    def __init__(self, uow: UnitOfWork, clock: Clock) -> None:
+        self.uow = uow
+        self.clock = clock
+
+    def report(
+        self, principal: Principal, since: float | None = None, until: float | None = None
+    ) -> UsageReport:
+        """Usage in [since, until) (default: the last 7 days), for the tenants one may see."""
+        require_user(principal)
+        now = self.clock()
+        until = now if until is None else until
+        since = until - 7 * DAY_S if since is None else since
+        if since >= until:
+            raise InvalidRequest("'since' must be before 'until'")
+        allowed = visible_tenants(principal)
+        with self.uow() as repo:
+            attempts = [
+                a for a in repo.attempt_usage(since) if allowed is None or a.tenant in allowed
+            ]
+            tenants = [t for t in repo.list_tenants() if allowed is None or t.name in allowed]
+        totals = account(attempts, since, min(until, now))
+        rows = [
+            UsageRow(day, tenant, user, project, seconds / 3600.0)
+            for (day, tenant, user, project), seconds in sorted(totals.items())
+        ]
+        hours = (until - since) / 3600.0
+        by_tenant: dict[str, float] = defaultdict(float)
+        for row in rows:
+            by_tenant[row.tenant] += row.slot_hours
+        shares = []
+        for tenant in tenants:
+            slot_hours = by_tenant.get(tenant.name, 0.0)
+            average = slot_hours / hours
+            ratio = average / tenant.guaranteed_slots if tenant.guaranteed_slots else None
+            shares.append(
+                TenantShareRow(tenant.name, tenant.guaranteed_slots, slot_hours, average, ratio)
+            )
+        return UsageReport(since, until, rows, shares)
+
+
+class DecayedUsage:
+    """Each tenant's decayed slot-seconds (fair share), kept in memory by the control loop.
+
+    Rebuilt exactly from the attempts table when the control plane starts, then advanced at
+    every tick with the slots each tenant holds.
+    """
+
+    def __init__(self, half_life_s: float) -> None:
+        self.half_life_s = half_life_s
+        self._usage: dict[str, float] = {}
+        self._at: float | None = None
+
+    def rebuild(self, attempts: Iterable[AttemptUsage], now: float) -> None:
+        tau = mean_life_s(self.half_life_s)
+        usage: dict[str, float] = defaultdict(float)
+        for a in attempts:
+            end = min(a.end if a.end is not None else now, now)
+            if end <= a.start or a.num_slots <= 0:
+                continue
+            usage[a.tenant] += (
+                a.num_slots
+                * tau
+                * (math.exp(-(now - end) / tau) - math.exp(-(now - a.start) / tau))
+            )
+        self._usage = dict(usage)
+        self._at = now
+
+    def advance(self, slots_held: Mapping[str, float], now: float) -> Mapping[str, float]:
+        if self._at is not None and now > self._at:
+            self._usage = advance_usage(self._usage, slots_held, now - self._at, self.half_life_s)
+        self._at = now if self._at is None else max(self._at, now)
+        return dict(self._usage)
+
+    @property
+    def initialized(self) -> bool:
+        return self._at is not None

@@ -1,0 +1,51 @@
+"""ensure_local_ray / stop_local_ray: a head of its own, reused while it answers, replaced when
+its record is stale, stopped without touching any other Ray instance of the machine."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from trainhub.adapters.ray_executor import RayExecutor
+from trainhub.adapters.ray_executor.local_cluster import (
+    RECORD_NAME,
+    HeadRecord,
+    _head_processes,
+    ensure_local_ray,
+    head_answers,
+    read_record,
+    stop_local_ray,
+)
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def test_start_reuse_replace_stale_and_stop(
+    tmp_path: Path, ray_address: str, ray_executor: RayExecutor
+) -> None:
+    # a record left behind by a head that is long gone (e.g. before a reboot)
+    stale = HeadRecord("127.0.0.1:1", str(tmp_path / "gone"), 0.0)
+    (tmp_path / RECORD_NAME).write_text(json.dumps(stale.__dict__))
+    assert not head_answers(stale)
+
+    address = ensure_local_ray(tmp_path, num_cpus=1)
+    try:
+        record = read_record(tmp_path)
+        assert record is not None
+        assert record.address == address != ray_address  # its own head, not the session's
+        assert head_answers(record)
+
+        started = time.monotonic()
+        assert ensure_local_ray(tmp_path, num_cpus=1) == address  # reused
+        assert time.monotonic() - started < 1.0
+    finally:
+        stop_local_ray(tmp_path)
+
+    assert read_record(tmp_path) is None
+    assert _head_processes(record, with_descendants=True) == []
+    assert not Path(record.temp_dir).exists()
+    assert len(ray_executor.cluster_nodes()) == 1  # the session's head is untouched
+    stop_local_ray(tmp_path)  # stopping twice is fine

@@ -1,0 +1,126 @@
+"""The repository contract, run against SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from trainhub.core.errors import Conflict, IllegalTransition
+from trainhub.core.states import ExperimentState, TrialState
+
+
+@pytest.fixture
+def uow(db_url: str) -> Iterator[SqlUnitOfWork]:
+    engine = make_engine(db_url)
+    migrate(engine)
+    migrate(engine)  # applying migrations twice is a no-op
+    yield SqlUnitOfWork(engine)
+    engine.dispose()
+
+
+def seed(uow: SqlUnitOfWork) -> tuple[int, int]:
+    with uow() as repo:
+        repo.add_tenant("vision", 1.0)
+        user = repo.add_user("alice", False, 1.0)
+        repo.set_membership(user.id, "vision", "member")
+        experiment = repo.add_experiment("vision", user.id, "e", "p", {"a": 1}, "a: 1", 0, 2.0)
+        trial = repo.add_trial(experiment.id, {"lr": 0.1}, "normal", 2.0)
+        return experiment.id, trial.id
+
+
+def test_users_tenants_memberships(uow: SqlUnitOfWork) -> None:
+    seed(uow)
+    with uow() as repo:
+        user = repo.get_user_by_name("alice")
+        assert user is not None
+        assert user.roles == {"vision": "member"}
+        repo.set_membership(user.id, "vision", "viewer")
+        assert repo.get_user(user.id).roles == {"vision": "viewer"}  # type: ignore[union-attr]
+        with pytest.raises(Conflict):
+            repo.add_user("alice", False, 3.0)
+
+
+def test_a_failed_unit_of_work_rolls_back(uow: SqlUnitOfWork) -> None:
+    def fail() -> None:
+        with uow() as repo:
+            repo.add_tenant("ghost", 1.0)
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        fail()
+    with uow() as repo:
+        assert repo.get_tenant("ghost") is None
+
+
+def test_trial_state_changes_are_checked(uow: SqlUnitOfWork) -> None:
+    experiment_id, trial_id = seed(uow)
+    with uow() as repo, pytest.raises(IllegalTransition):
+        repo.set_trial_state(trial_id, TrialState.RUNNING)
+    with uow() as repo:
+        repo.set_trial_state(trial_id, TrialState.SCHEDULED, num_attempts=1)
+        trial = repo.set_trial_state(trial_id, TrialState.RUNNING, started_at=5.0)
+        assert trial.state == TrialState.RUNNING
+        assert trial.started_at == 5.0
+        assert [t.id for t in repo.trials_in_states([TrialState.RUNNING])] == [trial_id]
+        with pytest.raises(ValueError, match="set_trial_state"):
+            repo.update_trial(trial_id, state="QUEUED")
+        repo.set_experiment_state(experiment_id, ExperimentState.COMPLETED, 9.0)
+        rows, count = repo.list_experiments(["vision"], ExperimentState.COMPLETED)
+        assert count == 1
+        assert rows[0].trial_ids == (trial_id,)
+        assert repo.list_experiments(["other"])[1] == 0
+
+
+def test_attempts(uow: SqlUnitOfWork) -> None:
+    _, trial_id = seed(uow)
+    with uow() as repo:
+        first = repo.add_attempt(trial_id, 1, "t1-a1", ["n1", "n2"], None, None, 3.0)
+        assert repo.open_attempt(trial_id) == first
+        repo.update_attempt(first.id, outcome="FAILED", exit_codes=(1, None), ended_at=4.0)
+        assert repo.open_attempt(trial_id) is None
+        repo.add_attempt(trial_id, 2, "t1-a2", ["n1"], 7, None, 5.0)
+        attempts = repo.list_attempts(trial_id)
+        assert [a.number for a in attempts] == [1, 2]
+        assert attempts[0].exit_codes == (1, None)
+        assert attempts[1].restored_checkpoint_id == 7
+
+
+def test_metrics_merge_within_an_attempt_and_replace_across(uow: SqlUnitOfWork) -> None:
+    _, trial_id = seed(uow)
+    with uow() as repo:
+        repo.upsert_metrics(trial_id, 1, [(0, {"loss": 1.0}), (1, {"loss": 0.5})], 3.0)
+        repo.upsert_metrics(trial_id, 1, [(1, {"acc": 0.7})], 3.5)
+        repo.upsert_metrics(trial_id, 2, [(1, {"loss": 0.4})], 4.0)
+        points = repo.list_metrics(trial_id)
+        assert [(p.step, p.attempt, p.values) for p in points] == [
+            (0, 1, {"loss": 1.0}),
+            (1, 2, {"loss": 0.4}),
+        ]
+        assert [p.step for p in repo.list_metrics(trial_id, after_step=0)] == [1]
+
+
+def test_checkpoints(uow: SqlUnitOfWork) -> None:
+    _, trial_id = seed(uow)
+    with uow() as repo:
+        a = repo.add_checkpoint(trial_id, "u1", 1, 1, {"acc": 0.5}, "k1", 10, 3.0)
+        repo.add_checkpoint(trial_id, "u2", 2, 1, {}, "k2", 10, 4.0)
+        assert repo.get_checkpoint_by_uuid("u1") == a
+        repo.mark_checkpoint_deleted(a.id)
+        assert repo.get_checkpoint(a.id) is None
+        assert [c.uuid for c in repo.list_checkpoints(trial_id)] == ["u2"]
+    with pytest.raises(Conflict), uow() as repo:
+        repo.add_checkpoint(trial_id, "u2", 2, 1, {}, "k2", 10, 4.0)
+
+
+def test_tokens_and_events(uow: SqlUnitOfWork) -> None:
+    _, trial_id = seed(uow)
+    with uow() as repo:
+        token = repo.add_token("h" * 64, "th_x", "n", 1.0, trial_id=trial_id, expires_at=9.0)
+        assert repo.find_token("h" * 64) == token
+        repo.revoke_token(token.id)
+        assert repo.find_token("h" * 64).revoked  # type: ignore[union-attr]
+        for i in range(3):
+            repo.add_event(trial_id, "k", f"m{i}", float(i))
+        assert [e.message for e in repo.list_events(trial_id, limit=2)] == ["m1", "m2"]

@@ -1,0 +1,125 @@
+"""The incremental indexes of a snapshot equal the ones built from scratch."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainhub.core.scheduling import SUBMISSION_ORDER, TrialQueue
+from trainhub.core.scheduling.decisions import DecisionList, Pending, Start
+from trainhub.core.scheduling.nodepool import NodePool
+from trainhub.core.scheduling.nodetable import NodeTable
+from trainhub.core.scheduling.runningtable import RunningTable
+
+from .helpers import node, queued, running
+
+
+def order(trials: object) -> list[int]:
+    return sorted(t.trial_id for t in trials)  # type: ignore[attr-defined]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 399)), max_size=300))
+def test_trial_queue_after_adds_and_removes(ops: list[tuple[bool, int]]) -> None:
+    pool = [queued(i, tenant="ab"[i % 2], gpus=1 + i % 3, at=float(i % 37)) for i in range(400)]
+    queue = TrialQueue((), SUBMISSION_ORDER)
+    live: dict[int, object] = {}
+    for add, i in ops:
+        if add and i not in live:
+            live[i] = pool[i]
+            queue = queue.added([pool[i]])
+        elif not add and live:
+            victim = list(live)[i % len(live)]
+            queue = queue.removed([live.pop(victim)])  # type: ignore[list-item]
+    rebuilt = TrialQueue(live.values(), SUBMISSION_ORDER)  # type: ignore[arg-type]
+    assert len(queue) == len(live)
+    assert {k: [t.trial_id for t in g] for k, g in queue.groups.items()} == {
+        k: [t.trial_id for t in g] for k, g in rebuilt.groups.items()
+    }
+    for group in queue.groups.values():
+        keys = [SUBMISSION_ORDER.key(t) for t in group]
+        assert keys == sorted(keys)
+        assert [group[i].trial_id for i in range(len(group))] == [t.trial_id for t in group]
+
+
+def test_a_plain_tuple_queue_is_indexed_on_the_fly() -> None:
+    trials = (queued(2, at=5.0), queued(1, at=1.0))
+    indexed = TrialQueue.coerce(trials, SUBMISSION_ORDER)
+    assert order(indexed) == [1, 2]
+    assert TrialQueue.coerce(indexed, SUBMISSION_ORDER) is indexed
+
+
+def test_node_table_updates_match_a_rebuild() -> None:
+    rng = random.Random(7)
+    nodes = [
+        node(f"n{i}", 8, free=rng.randint(0, 8), temp=rng.choice([None, 50.0])) for i in range(20)
+    ]
+    table = NodeTable(nodes)
+    for _ in range(200):
+        changed = {}
+        for n in rng.sample(nodes, 3):
+            changed[n.node_id] = replace(n, free_gpus=rng.randint(0, 8))
+        nodes = [changed.get(n.node_id, n) for n in nodes]
+        table = table.updated(changed)
+        fresh = NodeTable(nodes)
+        assert list(table) == list(fresh)
+        assert [sorted(b) for b in table.buckets] == [sorted(b) for b in fresh.buckets]
+        assert table.total_free == fresh.total_free
+        assert NodePool(table).place(queued(0, gpus=5).request) == NodePool(fresh).place(
+            queued(0, gpus=5).request
+        )
+
+
+def test_running_table_updates_match_a_rebuild() -> None:
+    rng = random.Random(3)
+    table = RunningTable()
+    live: dict[int, object] = {}
+    for step in range(300):
+        roll = rng.random()
+        if live and roll < 0.3:
+            gone = rng.choice(list(live))
+            del live[gone]
+            table = table.updated(removed=[gone])
+        elif live and roll < 0.45:
+            tid = rng.choice(list(live))
+            live[tid] = replace(live[tid], preempting=True)  # type: ignore[type-var]
+            table = table.updated([live[tid]])  # type: ignore[list-item]
+        else:
+            trial = running(
+                step, rng.choice("abc"), ["n"] * rng.randint(1, 3), duration=rng.choice([None, 9.0])
+            )
+            live[step] = trial
+            table = table.updated([trial])
+        fresh = RunningTable(live.values())  # type: ignore[arg-type]
+        assert order(table) == order(fresh)
+        assert table.slots_by_tenant == fresh.slots_by_tenant
+        assert {t: order(g) for t, g in table.by_tenant.items()} == {
+            t: order(g) for t, g in fresh.by_tenant.items()
+        }
+        assert order(table.preempting) == order(fresh.preempting)
+        assert order(table.with_known_end) == order(fresh.with_known_end)
+
+
+def test_decision_list_makes_pending_decisions_only_when_read() -> None:
+    trials = (queued(1), queued(2), queued(3))
+    calls: list[int] = []
+
+    def reason(trial: object) -> str:
+        calls.append(trial.trial_id)  # type: ignore[attr-defined]
+        return "busy"
+
+    decisions = DecisionList([Start(0, ("n",))], (), [Pending(9, "x")], [(trials, 1, reason)])
+    assert decisions.starts == (Start(0, ("n",)),)
+    assert not calls
+    assert list(decisions) == [
+        Start(0, ("n",)),
+        Pending(9, "x"),
+        Pending(2, "busy"),
+        Pending(3, "busy"),
+    ]
+    assert calls == [2, 3]
+    assert len(decisions) == 4
+    assert decisions[0] == Start(0, ("n",))

@@ -1,0 +1,112 @@
+"""Gang placement: pack, spread, single node, labels, temperatures, reservations' caps."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainhub.core.scheduling.nodepool import NodePool
+from trainhub.core.scheduling.placement import NoFit, place
+from trainhub.core.spec import Placement
+
+from .helpers import node, request
+
+
+def test_pack_puts_a_small_gang_on_the_tightest_node() -> None:
+    nodes = [node("a", 8, free=8), node("b", 8, free=3), node("c", 8, free=5)]
+    assert place(request(3), nodes) == ("b", "b", "b")
+
+
+def test_pack_uses_the_fewest_nodes_for_a_large_gang() -> None:
+    nodes = [node("a", 8, free=2), node("b", 8, free=8), node("c", 8, free=8), node("d", 8, free=6)]
+    ranks = place(request(12), nodes)
+    assert isinstance(ranks, tuple)
+    assert len(ranks) == 12
+    counts = Counter(ranks)
+    assert (len(counts) == 2 and counts["b"] == 8) or counts["c"] == 8
+
+
+def test_spread_puts_ranks_on_different_nodes() -> None:
+    nodes = [node(n, 4) for n in "abcd"]
+    ranks = place(request(3, placement=Placement.SPREAD), nodes)
+    assert isinstance(ranks, tuple)
+    assert len(set(ranks)) == 3
+
+
+def test_single_node_never_splits() -> None:
+    nodes = [node("a", 8, free=6), node("b", 8, free=6)]
+    result = place(request(8, single_node=True), nodes)
+    assert isinstance(result, NoFit)
+    assert not result.never
+    assert "largest free is 6" in result.reason
+    never = place(request(16, single_node=True), nodes)
+    assert isinstance(never, NoFit)
+    assert never.never
+
+
+def test_labels_restrict_the_nodes() -> None:
+    nodes = [node("a", 8, model="V100"), node("b", 8, model="A100")]
+    assert place(request(2, labels={"gpu_model": "A100"}), nodes) == ("b", "b")
+    missing = place(request(1, labels={"gpu_model": "H100"}), nodes)
+    assert isinstance(missing, NoFit)
+    assert missing.never
+    assert "gpu_model=H100" in missing.reason
+
+
+def test_cooler_gpus_are_preferred_among_equal_nodes() -> None:
+    nodes = [node("a", 8, temp=70.0), node("b", 8, temp=45.0), node("c", 8, temp=60.0)]
+    assert place(request(1), nodes) == ("b",)
+    spread = place(request(2, placement=Placement.SPREAD), nodes)
+    assert spread == ("b", "c")
+
+
+def test_hot_nodes_are_used_only_when_nothing_cooler_fits() -> None:
+    # the hot node is the tighter fit, but it is above the threshold
+    nodes = [node("hot", 8, free=1, temp=90.0), node("cool", 8, free=8, temp=50.0)]
+    assert place(request(1), nodes) == ("cool",)
+    full = [node("hot", 8, free=1, temp=90.0), node("cool", 8, free=0, temp=50.0)]
+    assert place(request(1), full) == ("hot",)
+
+
+def test_unknown_temperature_ranks_after_known_cool_ones() -> None:
+    nodes = [node("unknown", 8), node("cool", 8, temp=40.0)]
+    assert place(request(1), nodes) == ("cool",)
+
+
+def test_caps_limit_what_a_pool_lends_on_a_node() -> None:
+    pool = NodePool([node("a", 8, free=8), node("b", 8, free=2)])
+    capped = pool.copy({"a": 1})
+    assert capped.place(request(2)) == ("b", "b")
+    assert capped.place(request(4)) is None
+    ranks = capped.place(request(1))
+    assert ranks is not None
+    capped.take(request(1), ranks)
+    assert capped.total_free == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8)), min_size=1, max_size=6),
+    st.integers(1, 20),
+    st.sampled_from(list(Placement)),
+    st.booleans(),
+)
+def test_a_placement_is_whole_and_within_free_capacity(
+    shapes: list[tuple[int, int]], gpus: int, placement: Placement, single: bool
+) -> None:
+    nodes = [node(f"n{i}", max(t, f), free=min(t, f)) for i, (t, f) in enumerate(shapes)]
+    req = request(gpus, placement=placement, single_node=single)
+    result = place(req, nodes)
+    free = {n.node_id: n.free_gpus for n in nodes}
+    if isinstance(result, NoFit):
+        # it really does not fit: fewer free GPUs than asked, or no node big enough
+        fits_one = max(free.values()) >= gpus
+        assert (single and not fits_one) or sum(free.values()) < gpus
+        return
+    assert len(result) == gpus
+    for n, count in Counter(result).items():
+        assert count <= free[n]
+    if single:
+        assert len(set(result)) == 1

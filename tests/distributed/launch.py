@@ -1,0 +1,68 @@
+"""Run a function on N real gloo ranks (spawned processes) and collect what each returns.
+
+Spawned children import the function by its module path, so it must be a module-level function
+of an importable module (``tests.distributed.*``). Each rank runs single-threaded, as two ranks
+share this machine's cores.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class _Job:
+    fn: Callable[..., Any]
+    world_size: int
+    port: int
+    out: str
+    args: tuple[Any, ...]
+
+
+def _entry(rank: int, job: _Job) -> None:
+    fn, world_size, port, out, args = job.fn, job.world_size, job.port, job.out, job.args
+    warnings.simplefilter("error")  # as pytest does in the parent (pyproject filterwarnings)
+    torch.set_num_threads(1)
+    os.environ["RANK"] = str(rank)
+    os.environ["WORLD_SIZE"] = str(world_size)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
+    )
+    try:
+        result = fn(rank, world_size, *args)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    torch.save(result, Path(out) / f"{rank}.pt")
+
+
+def run_ranks(fn: Callable[..., Any], *args: Any, world_size: int = 2) -> list[Any]:
+    """``fn(rank, world_size, *args)`` on every rank; the list of their return values."""
+    with tempfile.TemporaryDirectory() as out:
+        mp.start_processes(
+            _entry,
+            args=(_Job(fn, world_size, free_port(), out, args),),
+            nprocs=world_size,
+            join=True,
+            start_method="spawn",
+        )
+        return [
+            torch.load(Path(out) / f"{rank}.pt", weights_only=False) for rank in range(world_size)
+        ]

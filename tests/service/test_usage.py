@@ -1,0 +1,52 @@
+"""Usage accounting and decayed usage, on plain values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trainhub.service.records import AttemptUsage
+from trainhub.service.usage import DAY_S, DecayedUsage, account, split_by_day
+
+
+def usage(
+    tenant: str, slots: int, start: float, end: float | None, user: str = "u"
+) -> AttemptUsage:
+    return AttemptUsage(tenant, user, "p", 1, slots, start, end)
+
+
+def test_split_by_day_cuts_at_utc_midnight() -> None:
+    pieces = list(split_by_day(DAY_S - 600, DAY_S + 1200))
+    assert pieces == [("1970-01-01", 600.0), ("1970-01-02", 1200.0)]
+
+
+def test_account_clips_to_the_period_and_groups() -> None:
+    attempts = [
+        usage("a", 4, 0, 3600),  # 4 slot-hours
+        usage("a", 2, 1800, None),  # still running: counted until `until`
+        usage("b", 8, -3600, 1800, user="v"),  # began before the period
+        usage("b", 8, 100, 100),  # empty
+    ]
+    totals = account(attempts, since=0, until=7200)
+    assert totals[("1970-01-01", "a", "u", "p")] == pytest.approx(4 * 3600 + 2 * 5400)
+    assert totals[("1970-01-01", "b", "v", "p")] == pytest.approx(8 * 1800)
+    assert len(totals) == 2
+
+
+def test_decayed_usage_rebuilt_from_history_equals_advancing_tick_by_tick() -> None:
+    half_life = 3600.0
+    ticking = DecayedUsage(half_life)
+    ticking.advance({}, 0.0)
+    for t in range(60, 7200 + 1, 60):
+        held = {"a": 4.0} if t <= 3600 else {"a": 0.0, "b": 2.0}
+        ticking.advance(held, float(t))
+    rebuilt = DecayedUsage(half_life)
+    rebuilt.rebuild([usage("a", 4, 0, 3600), usage("b", 2, 3600, None)], now=7200.0)
+    result = rebuilt.advance({}, 7200.0)
+    expected = ticking.advance({}, 7200.0)
+    assert result["a"] == pytest.approx(expected["a"])
+    assert result["b"] == pytest.approx(expected["b"])
+    # one slot held for a half-life weighs tau * (1 - 1/2)
+    tau = half_life / math.log(2)
+    assert result["b"] == pytest.approx(2 * tau * 0.5)

@@ -1,0 +1,47 @@
+"""``trainhub sim`` on a small trace written here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from trainhub.cli.sim import app
+
+TRACE = (
+    "timestamp,duration,num_gpus,gpu_time,cluster\n"
+    "2017-10-09 07:00:00,600,8,4800,a\n"
+    "2017-10-09 07:00:10,60,1,60,b\n"
+    "2017-10-09 07:00:20,60,1,60,b\n"
+    "2017-10-09 07:01:00,1200,4,4800,a\n"
+)
+
+
+def test_json_lines_per_policy_with_ratios_against_fifo(tmp_path: Path) -> None:
+    trace = tmp_path / "small.csv"
+    trace.write_text(TRACE)
+    args = ["--trace", str(trace), "--nodes", "1", "--gpus-per-node", "8", "--json"]
+    result = CliRunner().invoke(app, [*args, "-p", "fair", "-p", "fifo", "-p", "sjf"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert [line["policy"] for line in lines] == ["fair", "fifo", "sjf"]
+    assert all(line["completed"] == 4 for line in lines)
+    assert "avg_jct_vs_fifo" in lines[0]
+    assert "avg_jct_vs_fifo" not in lines[1]
+    assert lines[0]["cluster"].startswith("1 x 8 GPU")
+
+
+def test_table_and_errors(tmp_path: Path) -> None:
+    trace = tmp_path / "small.csv"
+    trace.write_text(TRACE)
+    ok = CliRunner().invoke(app, ["--trace", str(trace), "--nodes", "2"])
+    assert ok.exit_code == 0
+    assert "fair" in ok.output
+    assert "fifo" in ok.output
+    bad = CliRunner().invoke(app, ["--trace", "nope"])
+    assert bad.exit_code == 2
+    assert "unknown trace" in bad.output
+    policy = CliRunner().invoke(app, ["--trace", str(trace), "-p", "magic"])
+    assert policy.exit_code == 2
+    assert "unknown scheduling policy" in policy.output

@@ -1,0 +1,165 @@
+"""The simulator on small traces with answers computed by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from trainhub.core.scheduling import (
+    BasePolicy,
+    DecisionList,
+    FairShareConfig,
+    FairSharePolicy,
+    FifoPolicy,
+    Snapshot,
+    Start,
+    TenantShare,
+)
+from trainhub.sim.cluster import ClusterSpec
+from trainhub.sim.engine import SimConfig, SimulationError, Simulator
+from trainhub.sim.trace import TraceJob
+
+
+def job(i: int, at: float, duration: float, gpus: int = 1, tenant: str = "t") -> TraceJob:
+    return TraceJob(job_id=i, submit_s=at, duration_s=duration, num_gpus=gpus, tenant=tenant)
+
+
+def by_job(result: object) -> dict[int, object]:
+    return {r.job_id: r for r in result.records}  # type: ignore[attr-defined]
+
+
+def test_fifo_completion_times_on_a_three_job_trace() -> None:
+    # one node of 2 GPUs; J0 takes both until 10, then J1 and J2 share it
+    jobs = [job(0, 0, 10, gpus=2), job(1, 1, 5), job(2, 2, 3)]
+    result = Simulator(jobs, ClusterSpec.uniform(1, 2), FifoPolicy()).run()
+    records = by_job(result)
+    assert [records[i].jct_s for i in range(3)] == [10.0, 14.0, 11.0]  # type: ignore[attr-defined]
+    assert [records[i].queueing_delay_s for i in range(3)] == [0.0, 9.0, 8.0]  # type: ignore[attr-defined]
+    summary = result.summary()
+    assert summary["avg_jct_s"] == pytest.approx(35 / 3)
+    assert summary["makespan_s"] == 15.0
+    # GPU-seconds used: 2*10 + 5 + 3 = 28 of 2*15
+    assert summary["utilisation"] == pytest.approx(28 / 30)
+    assert summary["preemptions"] == 0
+
+
+def test_gangs_span_nodes_whole_or_not_at_all() -> None:
+    jobs = [job(0, 0, 10, gpus=6), job(1, 0, 10, gpus=3)]
+    result = Simulator(jobs, ClusterSpec.uniform(2, 4), FifoPolicy()).run()
+    records = by_job(result)
+    assert records[0].first_start_s == 0.0  # type: ignore[attr-defined]
+    # 2 GPUs left: the 3-GPU gang waits for the 6-GPU one
+    assert records[1].first_start_s == 10.0  # type: ignore[attr-defined]
+
+
+class _SplitGang(BasePolicy):
+    name = "broken"
+
+    def decide(self, snapshot: Snapshot) -> Sequence[Start]:
+        # one rank of each gang only
+        return [Start(t.trial_id, ("node-0",)) for t in snapshot.queue]
+
+
+def test_the_simulator_rejects_a_partial_gang() -> None:
+    with pytest.raises(SimulationError, match="gang"):
+        Simulator([job(0, 0, 10, gpus=2)], ClusterSpec.uniform(1, 4), _SplitGang()).run()
+
+
+def test_a_job_that_never_fits_is_rejected_not_waited_for() -> None:
+    result = Simulator(
+        [job(0, 0, 10, gpus=16), job(1, 0, 5)], ClusterSpec.uniform(1, 8), FifoPolicy()
+    ).run()
+    summary = result.summary()
+    assert summary["rejected"] == 1
+    assert summary["completed"] == 1
+
+
+def test_passes_follow_events_not_the_clock() -> None:
+    jobs = [job(0, 0, 100), job(1, 500_000, 100), job(2, 1_000_000, 100)]
+    result = Simulator(jobs, ClusterSpec.uniform(1, 1), FifoPolicy()).run()
+    assert result.passes == 3
+    assert result.summary()["avg_jct_s"] == 100.0
+
+
+GUARANTEES = {"a": TenantShare(guaranteed_slots=1), "b": TenantShare(guaranteed_slots=1)}
+RECLAIM = FairShareConfig(min_run_time_s=600.0, service_thresholds_slot_s=())
+SIM = SimConfig(checkpoint_interval_s=600.0, checkpoint_time_s=30.0, restart_overhead_s=60.0)
+
+
+def test_a_tenant_below_its_guarantee_gets_it_back_within_a_tick_and_a_checkpoint() -> None:
+    # b borrows both GPUs from t=0; a's job arrives at t=1000 (b's jobs are past min run time)
+    jobs = [
+        job(0, 0, 10_000, tenant="b"),
+        job(1, 0, 10_000, tenant="b"),
+        job(2, 1000, 100, tenant="a"),
+    ]
+    result = Simulator(
+        jobs, ClusterSpec.uniform(1, 2), FairSharePolicy(RECLAIM), GUARANTEES, SIM
+    ).run()
+    records = by_job(result)
+    # preempted at 1000 (the arrival's pass), GPUs back at 1030: a starts then
+    assert records[2].first_start_s == pytest.approx(1030.0)  # type: ignore[attr-defined]
+    assert result.summary()["preemptions"] == 1
+    victim = next(r for r in result.records if r.preemptions)
+    # the victim ran 1030 s, checkpointed at 600: loses 430 s and pays 60 s on restart; it
+    # restarts when a's job ends (1130)
+    assert victim.finish_s == pytest.approx(1130.0 + 60.0 + (10_000 - 600))
+
+
+def test_minimum_run_time_delays_the_reclaim_to_the_first_allowed_instant() -> None:
+    jobs = [
+        job(0, 0, 10_000, tenant="b"),
+        job(1, 0, 10_000, tenant="b"),
+        job(2, 100, 100, tenant="a"),
+    ]
+    result = Simulator(
+        jobs, ClusterSpec.uniform(1, 2), FairSharePolicy(RECLAIM), GUARANTEES, SIM
+    ).run()
+    # b's jobs may be preempted from 600 on; the policy asks to be woken then
+    assert by_job(result)[2].first_start_s == pytest.approx(630.0)  # type: ignore[attr-defined]
+
+
+def test_save_on_preempt_loses_no_work() -> None:
+    config = SimConfig(checkpoint_time_s=30.0, restart_overhead_s=0.0, save_on_preempt=True)
+    jobs = [
+        job(0, 0, 10_000, tenant="b"),
+        job(1, 0, 10_000, tenant="b"),
+        job(2, 1000, 100, tenant="a"),
+    ]
+    result = Simulator(
+        jobs, ClusterSpec.uniform(1, 2), FairSharePolicy(RECLAIM), GUARANTEES, config
+    ).run()
+    victim = next(r for r in result.records if r.preemptions)
+    assert victim.finish_s == pytest.approx(1130.0 + (10_000 - 1030))
+    assert result.summary()["lost_gpu_h"] == 0.0
+
+
+def test_fairness_is_measured_against_guarantees() -> None:
+    jobs = [
+        job(0, 0, 10_000, tenant="b"),
+        job(1, 0, 10_000, tenant="b"),
+        job(2, 1000, 100, tenant="a"),
+    ]
+    fair = Simulator(
+        jobs, ClusterSpec.uniform(1, 2), FairSharePolicy(RECLAIM), GUARANTEES, SIM
+    ).run()
+    fifo = Simulator(jobs, ClusterSpec.uniform(1, 2), FifoPolicy(), GUARANTEES, SIM).run()
+    # a waited 30 s of its 130 s of demand under fair, 9000 s under FIFO
+    assert fair.timeline.ratios()["a"] == pytest.approx(100 / 130)
+    assert fifo.timeline.ratios()["a"] == pytest.approx(100 / 9100)
+    assert fair.timeline.ratios()["b"] == pytest.approx(1.0)
+
+
+class _Silent(BasePolicy):
+    """Starts nothing: the simulator must stop instead of looping."""
+
+    name = "silent"
+
+    def decide(self, snapshot: Snapshot) -> DecisionList:
+        return DecisionList()
+
+
+def test_a_policy_that_never_starts_anything_ends_the_run() -> None:
+    result = Simulator([job(0, 0, 10)], ClusterSpec.uniform(1, 1), _Silent()).run()
+    assert result.summary()["unfinished"] == 1
