@@ -35,7 +35,17 @@ from tests.distributed.netns import two_host_cluster, unavailable_reason  # noqa
 
 from trainhub.models.mlp import hidden_for_parameters  # noqa: E402
 
-STRATEGY_NAMES = ["allreduce", "fp16", "bf16", "powersgd", "onebit", "topk", "localsgd", "ps"]
+STRATEGY_NAMES = [
+    "allreduce",
+    "fp16",
+    "bf16",
+    "powersgd",
+    "onebit",
+    "topk",
+    "localsgd",
+    "localsgd-overlap",
+    "ps",
+]
 
 
 def strategy_section(name: str, steps_per_epoch: int) -> dict[str, Any]:
@@ -50,6 +60,10 @@ def strategy_section(name: str, steps_per_epoch: int) -> dict[str, Any]:
         "onebit": {"strategy": "onebit", "onebit": {"start_step": warmup}},
         "topk": {"strategy": "topk", "topk": {"density": 0.01, "warmup_steps": warmup}},
         "localsgd": {"strategy": "localsgd", "localsgd": {"period": 16, "start_step": warmup}},
+        "localsgd-overlap": {
+            "strategy": "localsgd",
+            "localsgd": {"period": 16, "start_step": warmup, "overlap": True},
+        },
         "ps": {"strategy": "ps", "ps": {"num_shards": 2, "consistency": "sync"}},
     }
     return sections[name]

@@ -27,6 +27,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "topk-many-buckets": {"strategy": "topk", "bucket_cap_mb": 0.005, "topk": {"density": 0.05}},
     "topk": {"strategy": "topk", "topk": {"density": 0.05, "warmup_steps": 20}},
     "localsgd": {"strategy": "localsgd", "localsgd": {"period": 4, "start_step": 10}},
+    "localsgd-overlap": {
+        "strategy": "localsgd",
+        "localsgd": {"period": 4, "start_step": 10, "overlap": True},
+    },
     "bf16-autocast+checkpointing": {
         "memory": {"precision": "bf16", "activation_checkpointing": True}
     },

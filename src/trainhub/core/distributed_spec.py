@@ -129,6 +129,13 @@ class LocalSGDSpec(_Section):
     start_step: Annotated[
         int, Field(ge=0, description="Steps of plain gradient all-reduce before local SGD.")
     ] = 100
+    overlap: Annotated[
+        bool,
+        Field(
+            description="Average in the background, one period late, while the ranks keep "
+            "training (overlap local SGD): no rank waits for the network or for slower ranks."
+        ),
+    ] = False
 
 
 class ParameterServerSpec(_Section):

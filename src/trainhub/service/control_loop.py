@@ -20,6 +20,7 @@ from trainhub.core.scheduling import (
     Pending,
     Preempt,
     QueuedTrial,
+    QueueIndex,
     RunningTrial,
     Snapshot,
     Start,
@@ -91,6 +92,9 @@ class ControlLoop:
         self.config = config
         self.clock = clock
         self._specs: dict[int, ExperimentSpec] = {}
+        # the policy's queue index, kept between ticks: a decision re-indexes only what changed
+        self._queue_index = QueueIndex(policy.queue_order)
+        self._queued: dict[int, QueuedTrial] = {}
         self._last_orphan_check = float("-inf")
         self.usage = DecayedUsage(config.usage_half_life_s)
 
@@ -303,6 +307,27 @@ class ControlLoop:
             self._specs[trial.experiment_id] = spec
         return spec
 
+    def _queued_trial(self, repo: Repository, trial: Trial) -> QueuedTrial:
+        """The policy's view of a queued trial; the same object while its row is unchanged."""
+        known = self._queued.get(trial.id)
+        if (
+            known is not None
+            and known.priority == trial.priority
+            and known.queued_at == trial.queued_at
+            and known.tenant == trial.tenant
+        ):
+            return known
+        made = QueuedTrial(
+            trial_id=trial.id,
+            tenant=trial.tenant,
+            request=ResourceRequest.from_spec(self._spec(repo, trial).resources),
+            priority=Priority(trial.priority),
+            queued_at=trial.queued_at,
+            submitted_at=trial.submitted_at,
+        )
+        self._queued[trial.id] = made
+        return made
+
     def _schedule(self, report: TickReport) -> None:
         now = self.clock()
         with self.uow() as repo:
@@ -336,19 +361,11 @@ class ControlLoop:
                     )
                 )
             tenant_usage = self.usage.advance(held, now)
-            if not queued:
+            waiting = [self._queued_trial(repo, t) for t in queued]
+            self._queued = {q.trial_id: q for q in waiting}
+            if not waiting:
                 return
-            queue = tuple(
-                QueuedTrial(
-                    trial_id=t.id,
-                    tenant=t.tenant,
-                    request=ResourceRequest.from_spec(self._spec(repo, t).resources),
-                    priority=Priority(t.priority),
-                    queued_at=t.queued_at,
-                    submitted_at=t.submitted_at,
-                )
-                for t in queued
-            )
+            queue = self._queue_index.sync(waiting)
             tenants = {
                 t.name: TenantShare(t.guaranteed_slots, t.limit_slots, t.weight)
                 for t in repo.list_tenants()

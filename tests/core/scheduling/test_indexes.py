@@ -8,11 +8,12 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainhub.core.scheduling import SUBMISSION_ORDER, TrialQueue
+from trainhub.core.scheduling import SUBMISSION_ORDER, QueueIndex, TrialQueue
 from trainhub.core.scheduling.decisions import DecisionList, Pending, Start
 from trainhub.core.scheduling.nodepool import NodePool
 from trainhub.core.scheduling.nodetable import NodeTable
 from trainhub.core.scheduling.runningtable import RunningTable
+from trainhub.core.spec import Priority
 
 from .helpers import node, queued, running
 
@@ -43,6 +44,48 @@ def test_trial_queue_after_adds_and_removes(ops: list[tuple[bool, int]]) -> None
         keys = [SUBMISSION_ORDER.key(t) for t in group]
         assert keys == sorted(keys)
         assert [group[i].trial_id for i in range(len(group))] == [t.trial_id for t in group]
+
+
+def _groups(queue: TrialQueue) -> dict[object, list[tuple[int, Priority, float]]]:
+    return {k: [(t.trial_id, t.priority, t.queued_at) for t in g] for k, g in queue.groups.items()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 59), st.sampled_from(list(Priority)), st.booleans())),
+        max_size=8,
+    )
+)
+def test_queue_index_matches_a_rebuild_tick_after_tick(
+    ticks: list[list[tuple[int, Priority, bool]]],
+) -> None:
+    """Each tick the caller reads the whole queue again: some trials came, left, or changed
+    priority (a new object) while the rest are the very objects of the last tick."""
+    index = QueueIndex(SUBMISSION_ORDER)
+    live: dict[int, object] = {}
+    for changes in ticks:
+        for trial_id, priority, present in changes:
+            if present:
+                live[trial_id] = queued(trial_id, tenant="ab"[trial_id % 2], priority=priority)
+            else:
+                live.pop(trial_id, None)
+        synced = index.sync(live.values())  # type: ignore[arg-type]
+        rebuilt = TrialQueue(live.values(), SUBMISSION_ORDER)  # type: ignore[arg-type]
+        assert len(synced) == len(live)
+        assert _groups(synced) == _groups(rebuilt)
+
+
+def test_queue_index_shares_untouched_groups() -> None:
+    trials = [queued(i, tenant="ab"[i % 2]) for i in range(20)]
+    index = QueueIndex(SUBMISSION_ORDER)
+    first = index.sync(trials)
+    # one trial of tenant a changes priority; tenant b's group is the same object
+    changed = [*trials[:2], queued(2, tenant="a", priority=Priority.HIGH), *trials[3:]]
+    second = index.sync(changed)
+    b_group = next(k for k in first.groups if k[0] == "b")
+    assert second.groups[b_group] is first.groups[b_group]
+    assert index.sync(list(changed)) is second  # nothing changed: the same queue
 
 
 def test_a_plain_tuple_queue_is_indexed_on_the_fly() -> None:

@@ -14,7 +14,7 @@ from trainhub.core.scheduling.fair import FairSharePolicy
 from trainhub.core.scheduling.fair_config import FairShareConfig
 from trainhub.core.scheduling.fifo import FifoPolicy
 from trainhub.core.scheduling.las import LasConfig, LeastAttainedServicePolicy
-from trainhub.core.scheduling.queue import SUBMISSION_ORDER, QueueOrder, TrialQueue
+from trainhub.core.scheduling.queue import SUBMISSION_ORDER, QueueIndex, QueueOrder, TrialQueue
 from trainhub.core.scheduling.sjf import ShortestJobFirstPolicy
 from trainhub.core.scheduling.snapshot import QueuedTrial, RunningTrial, Snapshot, TenantShare
 
@@ -32,6 +32,7 @@ __all__ = [
     "LeastAttainedServicePolicy",
     "Pending",
     "Preempt",
+    "QueueIndex",
     "QueueOrder",
     "QueuedTrial",
     "RunningTrial",

@@ -297,3 +297,43 @@ class TrialQueue(Sequence[QueuedTrial]):
 
 
 _EMPTY = Run()
+
+
+class QueueIndex:
+    """A :class:`TrialQueue` kept in step with a queue its caller reads afresh on every tick.
+
+    :meth:`sync` returns a queue with exactly the given trials, re-indexing only those that are
+    new or changed since the last call and sharing every untouched group with the previous
+    queue. Passing the same ``QueuedTrial`` object for an unchanged trial makes the comparison
+    an identity check (the control plane caches one per database row until the row changes);
+    equal copies work too, at the price of a field-by-field comparison.
+    """
+
+    __slots__ = ("_by_id", "queue")
+
+    def __init__(self, order: QueueOrder = SUBMISSION_ORDER) -> None:
+        self.queue = TrialQueue((), order)
+        self._by_id: dict[int, QueuedTrial] = {}
+
+    def sync(self, trials: Iterable[QueuedTrial]) -> TrialQueue:
+        fresh = {t.trial_id: t for t in trials}
+        known = self._by_id
+        gone = [t for i, t in known.items() if _changed(fresh.get(i), t)]
+        came = [t for i, t in fresh.items() if _changed(known.get(i), t)]
+        if len(gone) + len(came) > len(fresh) // 2:
+            # mostly new: indexing from scratch is cheaper; the index holds these objects now
+            self.queue = TrialQueue(fresh.values(), self.queue.order)
+            self._by_id = fresh
+            return self.queue
+        if gone or came:
+            # removal finds a trial by identity: ``gone`` holds the objects the queue holds
+            self.queue = self.queue.removed(gone).added(came)
+        for t in gone:
+            del known[t.trial_id]
+        for t in came:
+            known[t.trial_id] = t
+        return self.queue
+
+
+def _changed(before: QueuedTrial | None, now: QueuedTrial) -> bool:
+    return before is not now and before != now

@@ -85,6 +85,7 @@ class TopKConfig:
 class LocalSGDConfig:
     period: int = 8
     start_step: int = 100
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         _check(2 <= self.period <= 10_000, "localsgd.period", "must be in 2..10000")

@@ -15,7 +15,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+from torch.distributed.algorithms.model_averaging.averagers import (
+    ModelAverager,
+    PeriodicModelAverager,
+)
 
 with warnings.catch_warnings():
     # importing torch.distributed.optim scripts its functional optimizers with the deprecated
@@ -91,7 +94,7 @@ def average_replicas(
 
 
 def wrap_local_sgd_optimizer(
-    optimizer: torch.optim.Optimizer, averager: MeteredPeriodicAverager
+    optimizer: torch.optim.Optimizer, averager: ModelAverager
 ) -> torch.optim.Optimizer:
     """The optimizer every rank steps: its own step, then (every ``period`` steps) averaging."""
     wrapped: torch.optim.Optimizer = PostLocalSGDOptimizer(optim=optimizer, averager=averager)

@@ -36,6 +36,7 @@ from trainhub.runtime.distributed.memory import (
 )
 from trainhub.runtime.distributed.onebit import OneBitState, onebit_hook
 from trainhub.runtime.distributed.optim import build_optimizer
+from trainhub.runtime.distributed.overlap_averager import OverlappedAverager
 from trainhub.runtime.distributed.topk import TopKState, topk_hook
 
 
@@ -50,7 +51,8 @@ class PreparedModel:
         meter: bytes communicated and waiting time, for :class:`StepTimer`.
         precision: autocast / gradient scaler for the configured precision.
         hook_state: the DDP comm hook's state (residuals, step counter), if any.
-        averager: the model averager of ``localsgd``.
+        averager: the model averager of ``localsgd`` (blocking, or overlapped with
+            ``localsgd.overlap``).
         ps_client: the parameter-server client of ``ps``.
     """
 
@@ -60,7 +62,7 @@ class PreparedModel:
     meter: CommMeter
     precision: MixedPrecision
     hook_state: Any = None
-    averager: MeteredPeriodicAverager | None = None
+    averager: MeteredPeriodicAverager | OverlappedAverager | None = None
     ps_client: Any = None
     world_size: int = 1
     _extra: dict[str, Any] = field(default_factory=dict)
@@ -122,6 +124,8 @@ class PreparedModel:
         """``localsgd``: make every rank's parameters their average now. Call on every rank
         after the last step (and before evaluating or checkpointing mid-period): between two
         averagings the replicas differ. A no-op for other strategies, whose replicas agree."""
+        if isinstance(self.averager, OverlappedAverager):
+            self.averager.flush()
         if self.averager is not None:
             average_replicas(self.model.parameters(), self.meter, self.averager.process_group)
 
@@ -190,7 +194,8 @@ def apply_ddp(prepared: PreparedModel, *, process_group: dist.ProcessGroup | Non
     prepared.model = ddp
     prepared.hook_state = state
     if config.strategy == "localsgd":
-        prepared.averager = MeteredPeriodicAverager(
+        averager = OverlappedAverager if config.localsgd.overlap else MeteredPeriodicAverager
+        prepared.averager = averager(
             period=config.localsgd.period,
             warmup_steps=config.localsgd.start_step,
             meter=prepared.meter,
