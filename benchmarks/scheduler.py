@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from trainhub.core.resources import Node, ResourceRequest
@@ -115,10 +116,11 @@ def latency(policy_name: str, mode: str, repeats: int, seed: int = 1) -> dict[st
 
     Modes: ``cold``: plain tuples, so the policy indexes the whole queue, the nodes and the
     running trials inside the decision (a control plane's first tick); ``service``: what the
-    control loop does on every later tick: it syncs its :class:`QueueIndex` with the queue it
-    read (1% of it changed since the last tick: trials left, others arrived) and hands nodes and
-    running trials as plain tuples, which the policy indexes; the time counts the sync;
-    ``simulator``: queue, nodes and running trials kept indexed between decisions.
+    control loop does on every later tick (``ControlLoop._schedule``): it reads the queue, the
+    running trials and the nodes afresh and syncs the indexes it keeps (:class:`QueueIndex`,
+    ``RunningTable.synced``, ``NodeTable.synced``) before deciding; since the last tick 1% of
+    the queue changed (25 trials left, 25 arrived) and 25 running trials ended and 25 others
+    started; the time counts the syncs; ``simulator``: the same indexed snapshot every time.
     """
     rng = random.Random(seed)
     nodes, running, tenants = _latency_cluster(rng)
@@ -134,8 +136,10 @@ def latency(policy_name: str, mode: str, repeats: int, seed: int = 1) -> dict[st
     # one policy for all repeats, as a server keeps it: its caches stay warm between ticks
     policy = create_policy(policy_name)
     index = QueueIndex(policy.queue_order)
-    if mode == "service":
-        index.sync(queue)  # the ticks before
+    node_table, running_table = NodeTable(()), RunningTable()
+    if mode == "service":  # the ticks before
+        index.sync(queue)
+        node_table, running_table = node_table.synced(nodes), running_table.synced(running)
     indexed = Snapshot(
         now=100_000.0,
         nodes=NodeTable(nodes),
@@ -151,12 +155,21 @@ def latency(policy_name: str, mode: str, repeats: int, seed: int = 1) -> dict[st
                 queue.pop(rng.randrange(len(queue)))
                 queue.append(_queued(rng, next_id, tenants))
                 next_id += 1
+                # a running trial ended and another took its GPUs
+                at = rng.randrange(len(running))
+                running[at] = replace(running[at], trial_id=next_id, tenant=rng.choice(tenants))
+                next_id += 1
+            nodes = [replace(n) for n in nodes]  # read afresh: equal copies
         t0, c0 = time.perf_counter(), time.process_time()
         if mode == "simulator":
             snap = indexed
+        elif mode == "service":
+            queue_seen = index.sync(queue)
+            node_table = node_table.synced(nodes)
+            running_table = running_table.synced(running)
+            snap = Snapshot(100_000.0, node_table, queue_seen, running_table, shares, usage)
         else:
-            queue_seen = index.sync(queue) if mode == "service" else tuple(queue)
-            snap = Snapshot(100_000.0, tuple(nodes), queue_seen, tuple(running), shares, usage)
+            snap = Snapshot(100_000.0, tuple(nodes), tuple(queue), tuple(running), shares, usage)
         decisions = policy.decide(snap)
         split_decisions(decisions)  # what the scheduler carries out: starts and preemptions
         times.append(time.perf_counter() - t0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainhub.core.resources import Node, ResourceRequest
@@ -25,7 +25,8 @@ from trainhub.core.scheduling import (
     Snapshot,
     Start,
 )
-from trainhub.core.scheduling.placement import allocate
+from trainhub.core.scheduling.nodetable import NodeTable
+from trainhub.core.scheduling.runningtable import RunningTable
 from trainhub.core.scheduling.snapshot import TenantShare
 from trainhub.core.spec import ExperimentSpec, Priority
 from trainhub.core.states import AttemptOutcome, TrialState
@@ -95,6 +96,10 @@ class ControlLoop:
         # the policy's queue index, kept between ticks: a decision re-indexes only what changed
         self._queue_index = QueueIndex(policy.queue_order)
         self._queued: dict[int, QueuedTrial] = {}
+        # the same for running trials and nodes: policy caches keyed by them stay warm
+        self._running: dict[int, tuple[tuple[object, ...], RunningTrial]] = {}
+        self._running_table = RunningTable()
+        self._node_table = NodeTable(())
         self._last_orphan_check = float("-inf")
         self.usage = DecayedUsage(config.usage_half_life_s)
 
@@ -328,6 +333,30 @@ class ControlLoop:
         self._queued[trial.id] = made
         return made
 
+    def _running_trial(
+        self, repo: Repository, trial: Trial, attempt: Attempt, preemptions: int
+    ) -> RunningTrial:
+        """The policy's view of an active trial; the same object while nothing it shows changed."""
+        preempting = trial.state == TrialState.PREEMPTING
+        started_at = attempt.started_at or attempt.created_at
+        fingerprint = (attempt.id, started_at, preempting, preemptions, trial.priority)
+        known = self._running.get(trial.id)
+        if known is not None and known[0] == fingerprint:
+            return known[1]
+        made = RunningTrial(
+            trial_id=trial.id,
+            tenant=trial.tenant,
+            request=ResourceRequest.from_spec(self._spec(repo, trial).resources),
+            placement=attempt.placement,
+            priority=Priority(trial.priority),
+            started_at=started_at,
+            submitted_at=trial.submitted_at,
+            preempting=preempting,
+            num_preemptions=preemptions,
+        )
+        self._running[trial.id] = (fingerprint, made)
+        return made
+
     def _schedule(self, report: TickReport) -> None:
         now = self.clock()
         with self.uow() as repo:
@@ -345,21 +374,10 @@ class ControlLoop:
                 attempt = repo.open_attempt(trial.id)
                 if attempt is None:
                     continue
-                request = ResourceRequest.from_spec(self._spec(repo, trial).resources)
-                held[trial.tenant] = held.get(trial.tenant, 0.0) + request.num_slots
-                running.append(
-                    RunningTrial(
-                        trial_id=trial.id,
-                        tenant=trial.tenant,
-                        request=request,
-                        placement=attempt.placement,
-                        priority=Priority(trial.priority),
-                        started_at=attempt.started_at or attempt.created_at,
-                        submitted_at=trial.submitted_at,
-                        preempting=trial.state == TrialState.PREEMPTING,
-                        num_preemptions=preemptions.get(trial.id, 0),
-                    )
-                )
+                view = self._running_trial(repo, trial, attempt, preemptions.get(trial.id, 0))
+                held[trial.tenant] = held.get(trial.tenant, 0.0) + view.request.num_slots
+                running.append(view)
+            self._running = {r.trial_id: (self._running[r.trial_id][0], r) for r in running}
             tenant_usage = self.usage.advance(held, now)
             waiting = [self._queued_trial(repo, t) for t in queued]
             self._queued = {q.trial_id: q for q in waiting}
@@ -371,11 +389,13 @@ class ControlLoop:
                 for t in repo.list_tenants()
             }
         nodes = self._free_capacity(self.executor.cluster_nodes(), running)
+        self._node_table = self._node_table.synced(nodes)
+        self._running_table = self._running_table.synced(running)
         snapshot = Snapshot(
             now=now,
-            nodes=nodes,
+            nodes=self._node_table,
             queue=queue,
-            running=tuple(running),
+            running=self._running_table,
             tenants=tenants,
             tenant_usage=tenant_usage,
         )
@@ -407,25 +427,21 @@ class ControlLoop:
         Ray's own free counts lag behind placement groups still being created, and trials of
         this control plane are the only users of the cluster's training resources.
         """
-        free = tuple(
-            Node(
-                node_id=n.node_id,
-                total_gpus=n.total_gpus,
-                total_cpus=n.total_cpus,
-                free_gpus=n.total_gpus,
-                free_cpus=n.total_cpus,
-                labels=n.labels,
-                gpu_model=n.gpu_model,
-                gpu_temperature_c=n.gpu_temperature_c,
-                alive=n.alive,
+        gpus: dict[str, int] = {}
+        cpus: dict[str, float] = {}
+        for trial in running:
+            request = trial.request
+            for node_id in trial.placement:
+                gpus[node_id] = gpus.get(node_id, 0) + request.gpus_per_worker
+                cpus[node_id] = cpus.get(node_id, 0.0) + request.cpus_per_worker
+        return tuple(
+            replace(
+                n,
+                free_gpus=n.total_gpus - gpus.get(n.node_id, 0),
+                free_cpus=n.total_cpus - cpus.get(n.node_id, 0.0),
             )
             for n in nodes
         )
-        known = {n.node_id for n in free}
-        for trial in running:
-            ranks = tuple(node for node in trial.placement if node in known)
-            free = allocate(free, trial.request, ranks)
-        return free
 
     def _start(self, trial: Trial, placement: tuple[str, ...]) -> None:
         now = self.clock()

@@ -146,6 +146,49 @@ def test_running_table_updates_match_a_rebuild() -> None:
         assert order(table.with_known_end) == order(fresh.with_known_end)
 
 
+def test_synced_tables_match_a_rebuild_and_keep_untouched_groups() -> None:
+    """What the control loop does each tick: read nodes and running trials afresh (nodes as
+    equal copies, unchanged trials as the same objects) and sync the tables it keeps."""
+    rng = random.Random(11)
+    nodes = [node(f"n{i}", 8, free=8) for i in range(12)]
+    live = {i: running(i, "abc"[i % 3], [f"n{i % 12}"]) for i in range(9)}
+    node_table, run_table = NodeTable(()), RunningTable()
+    next_id = 100
+    for _ in range(100):
+        for _ in range(rng.randint(0, 2)):
+            if live:
+                del live[rng.choice(list(live))]
+        for _ in range(rng.randint(0, 2)):
+            live[next_id] = running(next_id, rng.choice("abc"), [f"n{rng.randrange(12)}"])
+            next_id += 1
+        held = {n.node_id: 0 for n in nodes}
+        for trial in live.values():
+            for node_id in trial.placement:
+                held[node_id] += trial.request.gpus_per_worker
+        fresh_nodes = [replace(n, free_gpus=n.total_gpus - held[n.node_id]) for n in nodes]
+        before = run_table
+        node_table = node_table.synced(fresh_nodes)
+        run_table = run_table.synced(list(live.values()))
+        rebuilt_nodes, rebuilt_run = NodeTable(fresh_nodes), RunningTable(live.values())
+        assert list(node_table) == list(rebuilt_nodes)
+        assert node_table.total_free == rebuilt_nodes.total_free
+        assert [sorted(b) for b in node_table.buckets] == [sorted(b) for b in rebuilt_nodes.buckets]
+        assert order(run_table) == order(rebuilt_run)
+        assert run_table.slots_by_tenant == rebuilt_run.slots_by_tenant
+        assert {t: order(g) for t, g in run_table.by_tenant.items()} == {
+            t: order(g) for t, g in rebuilt_run.by_tenant.items()
+        }
+        assert run_table.synced(list(live.values())) is run_table  # nothing changed
+        gone = [t for t in before if t.trial_id not in live]
+        came = [t for t in live.values() if t.trial_id not in before.by_id]
+        if len(gone) + len(came) > len(live) // 2:
+            continue  # mostly new: the table is rebuilt
+        touched = {t.tenant for t in gone + came}
+        for tenant, group in run_table.by_tenant.items():
+            if tenant not in touched and tenant in before.by_tenant:
+                assert group is before.by_tenant[tenant]
+
+
 def test_decision_list_makes_pending_decisions_only_when_read() -> None:
     trials = (queued(1), queued(2), queued(3))
     calls: list[int] = []

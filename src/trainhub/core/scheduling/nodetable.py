@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from trainhub.core.resources import Node
 
@@ -68,6 +68,16 @@ class NodeTable(tuple[Node, ...]):
         table.shapes = Counter((n.total_gpus, n.total_cpus) for n in alive)
         table.fits_empty = {}
         return table
+
+    def synced(self, nodes: Sequence[Node]) -> NodeTable:
+        """A table of exactly ``nodes`` (the cluster read afresh), derived from this one when
+        the same nodes are listed in the same order: only nodes that changed are re-indexed."""
+        if len(nodes) != len(self) or any(
+            a.node_id != b.node_id for a, b in zip(self, nodes, strict=True)
+        ):
+            return NodeTable(nodes, self.hot_gpu_temperature_c)
+        changed = {b.node_id: b for a, b in zip(self, nodes, strict=True) if a is not b and a != b}
+        return self.updated(changed) if changed else self
 
     def updated(self, changed: Mapping[str, Node]) -> NodeTable:
         """A new table where the nodes named in ``changed`` are replaced (free capacity only).

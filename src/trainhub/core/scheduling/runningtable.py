@@ -44,6 +44,21 @@ class RunningTable(tuple[RunningTrial, ...]):
     def coerce(cls, running: Sequence[RunningTrial]) -> RunningTable:
         return running if isinstance(running, RunningTable) else cls(running)
 
+    def synced(self, trials: Iterable[RunningTrial]) -> RunningTable:
+        """A table of exactly ``trials`` (read afresh by a caller that keeps its table between
+        passes), derived from this one: only the tenants whose trials changed are regrouped,
+        so caches keyed by the other tenants' groups stay valid. Unchanged trials should be
+        the same objects as before (an identity check); equal copies cost a comparison."""
+        fresh = {t.trial_id: t for t in trials}
+        known = self.by_id
+        removed = [i for i in known if i not in fresh]
+        changed = [t for i, t in fresh.items() if (k := known.get(i)) is not t and k != t]
+        if not removed and not changed:
+            return self
+        if len(removed) + len(changed) > len(fresh) // 2:
+            return RunningTable(fresh.values())
+        return self.updated(changed, removed)
+
     def updated(
         self, changed: Iterable[RunningTrial] = (), removed: Iterable[int] = ()
     ) -> RunningTable:
