@@ -10,7 +10,7 @@ from trainhub.core.scheduling.factory import create_policy
 from trainhub.core.scheduling.snapshot import TenantShare
 
 
-@pytest.mark.parametrize("name", ["fifo", "fair"])
+@pytest.mark.parametrize("name", ["fifo", "fair", "sjf", "las"])
 def test_cpu_requests_start_on_free_cpus_and_the_rest_wait_with_a_reason(name: str) -> None:
     nodes = (Node("laptop", 0, 8.0, 0, 8.0),)
     queue = (

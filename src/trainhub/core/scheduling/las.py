@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from trainhub.core.resources import ResourceRequest
 from trainhub.core.scheduling.base import BasePolicy
 from trainhub.core.scheduling.decisions import DecisionList, Pending, Preempt, Reason, Start
 from trainhub.core.scheduling.nodepool import NodePool
@@ -147,7 +148,11 @@ class LeastAttainedServicePolicy(BasePolicy):
         segments = self._segments(queue)
         pool = NodePool(snapshot.nodes)
         book = ReasonBook(snapshot.nodes, pool)
-        budget = sum(n.total_gpus for n in pool.nodes.values())
+        # slots by kind: GPUs for trials that use them, CPU cores for those that do not
+        budget = [
+            sum(n.total_gpus for n in pool.nodes.values()),
+            sum(int(n.total_cpus) for n in pool.nodes.values()),
+        ]
         running, sinks = self._running_order(snapshot.running, now)
         heap = [(self._queued_rank(seg[0], now), i, 0) for i, seg in enumerate(segments)]
         heapq.heapify(heap)
@@ -160,19 +165,20 @@ class LeastAttainedServicePolicy(BasePolicy):
             if take_running:
                 trial = running[at_run][3]
                 at_run += 1
-                slots = trial.request.num_slots
-                if budget >= slots or not trial.preemptible:
-                    budget -= slots
+                slots, kind = trial.request.num_slots, _kind(trial.request)
+                if budget[kind] >= slots or not trial.preemptible:
+                    budget[kind] -= slots
                 elif now - trial.started_at >= self.config.min_run_time_s:
                     evictable.append(trial)
                 else:
-                    budget -= slots
+                    budget[kind] -= slots
                 continue
             _, index, at = heapq.heappop(heap)
             trials = segments[index]
             queued = trials[at]
-            if budget >= queued.request.num_slots:
-                budget -= queued.request.num_slots
+            slots, kind = queued.request.num_slots, _kind(queued.request)
+            if budget[kind] >= slots:
+                budget[kind] -= slots
                 admitted.append(queued)
                 if at + 1 < len(trials):
                     rank = self._queued_rank(trials[at + 1], now)
@@ -233,3 +239,8 @@ class LeastAttainedServicePolicy(BasePolicy):
                 if now < free_at < wake:
                     wake = free_at
         return None if math.isinf(wake) else wake + 1e-6
+
+
+def _kind(request: ResourceRequest) -> int:
+    """Which slot budget a request draws on: 0 for GPUs, 1 for CPU cores (no GPU)."""
+    return 0 if request.gpus_per_worker else 1

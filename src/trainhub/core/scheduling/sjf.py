@@ -43,7 +43,9 @@ class ShortestJobFirstPolicy(BasePolicy):
         lazy: list[tuple[Sequence[QueuedTrial], int, Reason]] = []
         heap = [(trials.first_key, name, 0) for name, trials in groups.items()]
         heapq.heapify(heap)
-        while heap and pool.total_free > 0:
+        # free GPUs say nothing about trials without GPUs: never stop early when some wait
+        gpu_less = any(not shape[1] for _, _, shape in groups)
+        while heap and (gpu_less or pool.total_free > 0):
             _, name, at = heapq.heappop(heap)
             trials = groups[name]
             trial = trials[at]
