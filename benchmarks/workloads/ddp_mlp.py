@@ -9,6 +9,7 @@ steady-state samples/s (steps after warm-up) and the wall-clock time of its firs
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -61,4 +62,8 @@ if rank == 0:
         "pid": os.getpid(),
     }
     print("RESULT " + json.dumps(result), flush=True)
+# free DDP before the process group: collected during interpreter shutdown instead, it can make
+# PyTorch's gloo abort the process (pytorch/pytorch#179291)
+del model, optimizer
+gc.collect()
 dist.destroy_process_group()

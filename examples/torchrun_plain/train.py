@@ -13,6 +13,7 @@ Rank 0 prints one JSON line of metrics per epoch; trainhub keeps it in the trial
 """
 
 import argparse
+import gc
 import json
 import os
 
@@ -81,4 +82,9 @@ for epoch in range(args.epochs):
         print(json.dumps(metrics), flush=True)
 
 if distributed:
+    # free the DDP model before the process group: left to the garbage collection during
+    # interpreter shutdown, it can make PyTorch's gloo abort the process after a successful run
+    # (exit code -6; pytorch/pytorch#179291)
+    del model, optimizer
+    gc.collect()
     dist.destroy_process_group()

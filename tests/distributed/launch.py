@@ -7,6 +7,7 @@ share this machine's cores.
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import tempfile
@@ -49,6 +50,10 @@ def _entry(rank: int, job: _Job) -> None:
         result = fn(rank, world_size, *args)
         dist.barrier()
     finally:
+        # DDP models of ``fn`` sit in reference cycles: collect them while the process group
+        # and the interpreter are whole, or gloo can abort the process at exit (see
+        # trainhub.runtime.context._collect_cycles_at_exit)
+        gc.collect()
         dist.destroy_process_group()
     torch.save(result, Path(out) / f"{rank}.pt")
 

@@ -13,6 +13,7 @@ process group, printing one JSON line per job. A job::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -116,6 +117,7 @@ class RankWorker:
 
     def shutdown(self) -> None:
         if dist.is_initialized():
+            gc.collect()  # DDP models first (see tests/distributed/launch.py)
             dist.destroy_process_group()
 
 
