@@ -83,6 +83,8 @@ def test_attempts(uow: SqlUnitOfWork) -> None:
         repo.add_attempt(trial_id, 2, "t1-a2", ["n1"], 7, None, 5.0)
         attempts = repo.list_attempts(trial_id)
         assert [a.number for a in attempts] == [1, 2]
+        assert repo.open_attempts([trial_id, trial_id + 1000]) == {trial_id: attempts[1]}
+        assert repo.open_attempts([]) == {}
         assert attempts[0].exit_codes == (1, None)
         assert attempts[1].restored_checkpoint_id == 7
 

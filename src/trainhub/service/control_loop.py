@@ -294,11 +294,8 @@ class ControlLoop:
         if not live:
             return
         with self.uow() as repo:
-            owned = {
-                a.key
-                for t in repo.trials_in_states(ACTIVE_STATES)
-                if (a := repo.open_attempt(t.id)) is not None
-            }
+            active = repo.trials_in_states(ACTIVE_STATES)
+            owned = {a.key for a in repo.open_attempts([t.id for t in active]).values()}
         for key in live - owned:
             log.warning("releasing orphaned attempt %s (no active trial owns it)", key)
             self.executor.terminate(key, 0)
@@ -370,8 +367,9 @@ class ControlLoop:
             )
             running: list[RunningTrial] = []
             held: dict[str, float] = {}
+            attempts = repo.open_attempts([t.id for t in active])
             for trial in active:
-                attempt = repo.open_attempt(trial.id)
+                attempt = attempts.get(trial.id)
                 if attempt is None:
                     continue
                 view = self._running_trial(repo, trial, attempt, preemptions.get(trial.id, 0))

@@ -457,6 +457,23 @@ class SqlRepository:
         )
         return _attempt(row) if row else None
 
+    def open_attempts(self, trial_ids: Sequence[int]) -> dict[int, Attempt]:
+        found: dict[int, Attempt] = {}
+        ids = list(trial_ids)
+        # in chunks: SQLite limits the number of bound parameters of one statement
+        for start in range(0, len(ids), 900):
+            rows = self.s.scalars(
+                select(AttemptRow)
+                .where(
+                    AttemptRow.trial_id.in_(ids[start : start + 900]),
+                    AttemptRow.outcome.is_(None),
+                )
+                .order_by(AttemptRow.number)
+            )
+            for row in rows:
+                found[row.trial_id] = _attempt(row)  # the highest number wins, as open_attempt
+        return found
+
     def list_attempts(self, trial_id: int) -> list[Attempt]:
         rows = self.s.scalars(
             select(AttemptRow).where(AttemptRow.trial_id == trial_id).order_by(AttemptRow.number)
