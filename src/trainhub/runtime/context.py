@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
-import gc
 import logging
 import math
 import operator
@@ -32,6 +30,7 @@ from trainhub.runtime.checkpoints import (
     RemoteCheckpointStore,
 )
 from trainhub.runtime.data import make_data_loader, set_loader_epoch
+from trainhub.runtime.distributed.teardown import release_at_exit
 from trainhub.runtime.environment import LaunchEnv
 from trainhub.runtime.metrics import (
     BaseMetricsSink,
@@ -144,8 +143,6 @@ class Context:
         self._owns_process_group = ensure_process_group(
             rank=env.rank, world_size=env.world_size, device=self._device
         )
-        if env.world_size > 1:
-            _collect_cycles_at_exit()
         if env.world_size > 1 and dist.get_world_size() != env.world_size:
             raise ValueError(
                 f"WORLD_SIZE={env.world_size} but the existing process group has "
@@ -298,7 +295,12 @@ class Context:
         """
         if strategy is not None:
             model = model.to(self._device)
-            return model if self.world_size <= 1 else strategy.wrap(model, device=self._device)
+            if self.world_size <= 1:
+                return model
+            wrapped = strategy.wrap(model, device=self._device)
+            if isinstance(wrapped, nn.parallel.DistributedDataParallel):
+                release_at_exit(wrapped)
+            return wrapped
         from trainhub.runtime.distributed import apply_strategy
 
         name = f"trainhub-ps-t{self.trial_id}-a{self.attempt}" if self.trial_id else None
@@ -617,19 +619,6 @@ class Context:
         # the atexit hook, which flushes; flushing right here could deadlock on a lock held by
         # the code this signal interrupted
         raise SystemExit(128 + signum)
-
-
-@functools.cache
-def _collect_cycles_at_exit() -> None:
-    """Once per process: collect garbage in an exit hook, while the interpreter is whole.
-
-    A DDP model and the process group it holds are often only reachable through reference
-    cycles once the script's main function returned. Left to the collection during interpreter
-    finalization, the process group's C++ destructor runs while Python is half torn down, and
-    gloo's worker threads can abort the process (SIGABRT, exit code -6) after the script
-    succeeded (pytorch/pytorch#179291), which would fail a trial that completed.
-    """
-    atexit.register(gc.collect)
 
 
 def _as_step(step: object) -> int:

@@ -37,6 +37,7 @@ from trainhub.runtime.distributed.memory import (
 from trainhub.runtime.distributed.onebit import OneBitState, onebit_hook
 from trainhub.runtime.distributed.optim import build_optimizer
 from trainhub.runtime.distributed.overlap_averager import OverlappedAverager
+from trainhub.runtime.distributed.teardown import release_at_exit
 from trainhub.runtime.distributed.topk import TopKState, topk_hook
 
 
@@ -191,6 +192,7 @@ def apply_ddp(prepared: PreparedModel, *, process_group: dist.ProcessGroup | Non
     )
     state, hook = make_comm_hook(config, prepared.meter, process_group)
     ddp.register_comm_hook(state, hook)
+    release_at_exit(ddp)
     prepared.model = ddp
     prepared.hook_state = state
     if config.strategy == "localsgd":
