@@ -115,22 +115,3 @@ def busy_reason(
     if request.single_node or request.num_workers == 1:
         return f"{need}; largest free is {summary.largest_cpus:g} CPUs"
     return f"{need}; {summary.cpus:g} CPUs free"
-
-
-def allocate(
-    nodes: tuple[Node, ...], request: ResourceRequest, ranks: tuple[str, ...]
-) -> tuple[Node, ...]:
-    """The nodes after ``ranks`` of ``request`` took their share (for later decisions)."""
-    counts: dict[str, int] = {}
-    for node_id in ranks:
-        counts[node_id] = counts.get(node_id, 0) + 1
-    return tuple(
-        replace(
-            n,
-            free_gpus=n.free_gpus - counts.get(n.node_id, 0) * request.gpus_per_worker,
-            free_cpus=n.free_cpus - counts.get(n.node_id, 0) * request.cpus_per_worker,
-        )
-        if n.node_id in counts
-        else n
-        for n in nodes
-    )

@@ -29,6 +29,16 @@ with warnings.catch_warnings():
 from trainhub.runtime.distributed.comm_meter import CommMeter
 
 
+def check_period(period: int) -> None:
+    if period < 2:
+        raise ValueError("period must be >= 2 (period 1 is plain DDP at higher cost)")
+
+
+def is_averaging_step(step: int, warmup_steps: int, period: int) -> bool:
+    """Whether the averager averages at ``step`` (as ``PeriodicModelAverager`` decides)."""
+    return step >= warmup_steps and (step - warmup_steps) % period == 0
+
+
 class MeteredPeriodicAverager(PeriodicModelAverager):
     """``PeriodicModelAverager`` that reports what each averaging sends and how long it takes.
 
@@ -46,14 +56,12 @@ class MeteredPeriodicAverager(PeriodicModelAverager):
         meter: CommMeter,
         process_group: dist.ProcessGroup | None = None,
     ) -> None:
-        if period < 2:
-            raise ValueError("period must be >= 2 (period 1 is plain DDP at higher cost)")
+        check_period(period)
         super().__init__(period=period, warmup_steps=warmup_steps, process_group=process_group)
         self.meter = meter
 
     def will_average(self) -> bool:
-        step, warmup, period = int(self.step), int(self.warmup_steps), int(self.period)
-        return step >= warmup and (step - warmup) % period == 0
+        return is_averaging_step(int(self.step), int(self.warmup_steps), int(self.period))
 
     def average_parameters(
         self, params: Iterable[torch.nn.Parameter] | Iterable[dict[str, Any]]

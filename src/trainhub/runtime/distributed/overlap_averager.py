@@ -27,6 +27,7 @@ from torch.distributed.algorithms.model_averaging.averagers import ModelAverager
 from torch.distributed.algorithms.model_averaging.utils import get_params_to_average
 
 from trainhub.runtime.distributed.comm_meter import CommMeter
+from trainhub.runtime.distributed.localsgd import check_period, is_averaging_step
 
 
 class _Bucket:
@@ -100,8 +101,7 @@ class OverlappedAverager(ModelAverager):
         meter: CommMeter,
         process_group: dist.ProcessGroup | None = None,
     ) -> None:
-        if period < 2:
-            raise ValueError("period must be >= 2 (period 1 is plain DDP at higher cost)")
+        check_period(period)
         super().__init__(process_group=process_group)
         self.period = period
         self.warmup_steps = warmup_steps
@@ -115,8 +115,7 @@ class OverlappedAverager(ModelAverager):
         self._buckets: dict[tuple[int, ...], _Bucket] = {}
 
     def will_average(self) -> bool:
-        step, warmup, period = int(self.step), int(self.warmup_steps), int(self.period)
-        return step >= warmup and (step - warmup) % period == 0
+        return is_averaging_step(int(self.step), self.warmup_steps, self.period)
 
     @property
     def in_flight(self) -> bool:
