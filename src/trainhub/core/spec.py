@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import shlex
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trainhub.core.distributed_spec import DistributedSpec
 from trainhub.core.errors import FieldError, InvalidSpec
+from trainhub.core.search_space import SearchSpace, parse_space
+from trainhub.core.searcher_spec import SearcherSpec, searcher_errors
 from trainhub.core.spec_errors import field_errors_from_pydantic
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -68,16 +70,6 @@ class Resources(_Strict):
     )
 
 
-class SearcherSpec(_Strict):
-    """How trials are chosen. ``single`` runs one trial with the constant hyperparameters."""
-
-    name: Literal["single"] = "single"
-    metric: str | None = Field(
-        None, description="Metric that ranks checkpoints and trials, e.g. val_accuracy."
-    )
-    mode: Literal["max", "min"] = "max"
-
-
 class CheckpointPolicy(_Strict):
     keep_latest: Annotated[int, Field(ge=0, le=1000)] = 1
     keep_best: Annotated[int, Field(ge=0, le=1000, description="Ranked by searcher.metric.")] = 0
@@ -103,7 +95,9 @@ class ExperimentSpec(_Strict):
     resources: Resources = Field(default_factory=Resources)
     priority: Priority = Priority.NORMAL
     hyperparameters: dict[str, Any] = Field(
-        default_factory=dict, description="Constants handed to the script (ctx.hparams)."
+        default_factory=dict,
+        description="Handed to the script as ctx.hparams: constants, or distributions a searcher "
+        "picks from (docs/search.md).",
     )
     searcher: SearcherSpec = Field(default_factory=SearcherSpec)
     checkpoints: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
@@ -125,18 +119,9 @@ class ExperimentSpec(_Strict):
             raise ValueError("is empty")
         return value
 
-    @field_validator("hyperparameters")
-    @classmethod
-    def _constants_only(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key, item in value.items():
-            if not key.isidentifier():
-                raise ValueError(f"name {key!r} must be a Python identifier")
-            if isinstance(item, dict):
-                raise ValueError(
-                    f"{key!r} is a mapping; only constant values (numbers, strings, booleans, "
-                    "lists) are supported by the 'single' searcher"
-                )
-        return value
+    @property
+    def search_space(self) -> SearchSpace:
+        return parse_space(self.hyperparameters)
 
     @property
     def entrypoint_argv(self) -> list[str]:
@@ -220,6 +205,10 @@ def validate_spec(data: Any) -> ExperimentSpec:
             ]
         )
     try:
-        return ExperimentSpec.model_validate(data)
+        spec = ExperimentSpec.model_validate(data)
     except ValidationError as exc:
         raise InvalidSpec(field_errors_from_pydantic(exc, ExperimentSpec)) from None
+    errors = searcher_errors(spec.searcher, spec.search_space)  # raises on a bad space
+    if errors:
+        raise InvalidSpec(errors)
+    return spec
