@@ -94,6 +94,11 @@ class SearcherSpec(_Strict):
         int, Field(ge=2, le=100, description="asha/hyperband: keep 1/reduction_factor per rung.")
     ] = 3
     seed: int | None = Field(None, description="Seed of the sampler (reproducible searches).")
+    source_checkpoint_id: int | None = Field(
+        None,
+        description="Warm start: trials without a checkpoint of their own start from this one "
+        "(set by trainhub clone --from-checkpoint).",
+    )
     # population-based training
     population: Annotated[int, Field(ge=2, le=1000, description="pbt: trials at once.")] = 8
     perturbation_interval: Annotated[

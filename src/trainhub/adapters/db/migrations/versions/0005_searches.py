@@ -1,0 +1,56 @@
+"""searches and steered trials (hyperparameter search, pause, prune, warm start)
+
+Revision ID: 0005
+Revises: 0002
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0005"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "searches",
+        sa.Column("experiment_id", sa.Integer(), nullable=False),
+        sa.Column("state", sa.String(length=16), nullable=False),
+        sa.Column("max_trials", sa.Integer(), nullable=False),
+        sa.Column("max_concurrent_trials", sa.Integer(), nullable=False),
+        sa.Column("rng_state", sa.Integer(), nullable=False),
+        sa.Column("created_at", sa.Float(), nullable=False),
+        sa.ForeignKeyConstraint(["experiment_id"], ["experiments.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("experiment_id"),
+    )
+    op.create_index("ix_searches_state", "searches", ["state"])
+    op.create_table(
+        "steered_trials",
+        sa.Column("trial_id", sa.Integer(), nullable=False),
+        sa.Column("experiment_id", sa.Integer(), nullable=False),
+        sa.Column("backend_id", sa.Integer(), nullable=True),
+        sa.Column("number", sa.Integer(), nullable=True),
+        sa.Column("reported_step", sa.Integer(), nullable=False),
+        sa.Column("best_value", sa.Float(), nullable=True),
+        sa.Column("told", sa.Boolean(), nullable=False),
+        sa.Column("stop_intent", sa.String(length=16), nullable=True),
+        sa.Column("stop_detail", sa.Text(), nullable=True),
+        sa.Column("warm_start_checkpoint_id", sa.Integer(), nullable=True),
+        sa.Column("parent_trial_id", sa.Integer(), nullable=True),
+        sa.Column("due_step", sa.Integer(), nullable=False),
+        sa.Column("extra", sa.JSON(), nullable=False),
+        sa.ForeignKeyConstraint(["trial_id"], ["trials.id"], ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["experiment_id"], ["experiments.id"]),
+        sa.PrimaryKeyConstraint("trial_id"),
+        sa.UniqueConstraint("backend_id"),
+    )
+    op.create_index("ix_steered_trials_experiment_id", "steered_trials", ["experiment_id"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_steered_trials_experiment_id", table_name="steered_trials")
+    op.drop_table("steered_trials")
+    op.drop_index("ix_searches_state", table_name="searches")
+    op.drop_table("searches")
