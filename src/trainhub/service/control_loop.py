@@ -45,6 +45,7 @@ from trainhub.service.ports import (
 )
 from trainhub.service.records import Attempt, Trial
 from trainhub.service.repository import Repository, UnitOfWork
+from trainhub.service.search_ports import TrialHooks
 from trainhub.service.usage import DecayedUsage
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,10 @@ class ControlLoop:
         policy: BasePolicy,
         config: LoopConfig,
         clock: Clock,
+        hooks: TrialHooks | None = None,
     ) -> None:
         self.uow = uow
+        self.hooks = hooks  # searches: pruning, pausing, warm starts (service/search.py)
         self.executor = executor
         self.store = store
         self.policy = policy
@@ -113,6 +116,8 @@ class ControlLoop:
             report.polled += 1
             if self._observe(trial):
                 report.ended.append(trial.id)
+        if self.hooks is not None:
+            self.hooks.tick()
         self._schedule(report)
         return report
 
@@ -243,13 +248,20 @@ class ControlLoop:
         self, repo: Repository, trial: Trial, outcome: AttemptOutcome, detail: str, now: float
     ) -> None:
         if outcome == AttemptOutcome.KILLED:
-            repo.set_trial_state(
-                trial.id, TrialState.CANCELED, ended_at=now, message=detail, pending_reason=None
-            )
+            state = self._after_stop(trial, TrialState.CANCELED)  # PRUNED when pruned
+            repo.set_trial_state(trial.id, state, ended_at=now, message=detail, pending_reason=None)
             return
         if outcome == AttemptOutcome.SUCCEEDED:
             repo.set_trial_state(
                 trial.id, TrialState.COMPLETED, ended_at=now, message=None, pending_reason=None
+            )
+            return
+        if outcome == AttemptOutcome.PREEMPTED and (
+            self._after_stop(trial, TrialState.QUEUED) == TrialState.PAUSED
+        ):
+            reason = f"{trial.stop_reason or 'paused'}; resume to queue it again"
+            repo.set_trial_state(
+                trial.id, TrialState.PAUSED, stop_reason=None, pending_reason=reason
             )
             return
         if outcome == AttemptOutcome.PREEMPTED:
@@ -284,6 +296,9 @@ class ControlLoop:
             pending_reason=None,
             message=f"{detail} (no restarts left of max_restarts={spec.max_restarts})",
         )
+
+    def _after_stop(self, trial: Trial, default: TrialState) -> TrialState:
+        return default if self.hooks is None else self.hooks.state_after_stop(trial, default)
 
     def _release_orphans(self) -> None:
         now = self.clock()
@@ -459,12 +474,15 @@ class ControlLoop:
             )
             checkpoints = repo.list_checkpoints(trial.id)
             restore = max(checkpoints, key=lambda c: (c.step, c.id)) if checkpoints else None
+            restore_id = restore.id if restore else None
+            if restore_id is None and self.hooks is not None:
+                restore_id = self.hooks.warm_start(trial)  # a PBT donor's or a clone's source
             attempt = repo.add_attempt(
                 trial.id,
                 number,
                 key,
                 placement,
-                restore.id if restore else None,
+                restore_id,
                 token.id,
                 now,
                 num_slots=ResourceRequest.from_spec(spec.resources).num_slots,
@@ -491,8 +509,8 @@ class ControlLoop:
                 protocol.ENV_HPARAMS: json.dumps(trial.hparams),
             }
         )
-        if restore is not None:
-            env[protocol.ENV_RESTORE_CHECKPOINT] = str(restore.id)
+        if restore_id is not None:
+            env[protocol.ENV_RESTORE_CHECKPOINT] = str(restore_id)
         distributed = experiment.spec.get("distributed")
         if distributed:
             env[protocol.ENV_DISTRIBUTED] = json.dumps(distributed)
