@@ -96,9 +96,14 @@ class ExperimentService:
                 key = context_key(tenant_name, experiment.id)
                 self.store.put(key, context)
                 repo.set_experiment_context(experiment.id, key)
-            trial = repo.add_trial(experiment.id, dict(spec.hyperparameters), spec.priority, now)
-            repo.add_event(trial.id, "submitted", f"submitted by {principal.username}", now)
-            detail = ExperimentDetail(_must(repo.get_experiment(experiment.id)), [trial])
+            trials = []
+            if spec.searcher.kind == "single":  # a search's trials come from its searcher
+                trial = repo.add_trial(
+                    experiment.id, dict(spec.hyperparameters), spec.priority, now
+                )
+                repo.add_event(trial.id, "submitted", f"submitted by {principal.username}", now)
+                trials.append(trial)
+            detail = ExperimentDetail(_must(repo.get_experiment(experiment.id)), trials)
         self.wake_scheduler()
         return detail
 
