@@ -45,6 +45,8 @@ from trainhub.core.spec import ExperimentSpec
 from trainhub.core.states import LEGAL_TRANSITIONS, ExperimentState, TrialState
 from trainhub.service.clock import Clock
 from trainhub.service.experiments import refresh_experiment_state
+from trainhub.service.keys import checkpoint_key
+from trainhub.service.ports import ArtifactStore
 from trainhub.service.records import Trial
 from trainhub.service.search_ports import (
     AskedTrial,
@@ -124,11 +126,13 @@ class SearchService:
         self,
         uow: SearchUnitOfWork,
         backend: SearchBackend,
+        store: ArtifactStore,
         clock: Clock,
         wake_scheduler: Callable[[], None] = lambda: None,
     ) -> None:
         self.uow = uow
         self.backend = backend
+        self.store = store
         self.clock = clock
         self.wake_scheduler = wake_scheduler
         self._is_search: dict[int, bool] = {}  # experiment id -> whether its spec is a search
@@ -443,9 +447,39 @@ class SearchService:
                     why=f"pbt: exploits trial {decision.donor_id} (checkpoint "
                     f"{decision.checkpoint_id}) in place of trial {trial.id}",
                 )
+                self._copy_checkpoint(tx, decision, link.trial_id)
                 report.created.append(link.trial_id)
                 made += 1
             tx.search.update_search(view.search.experiment_id, rng_state=view.search.rng_state + 1)
+
+    def _copy_checkpoint(self, tx: SearchTx, decision: pbt.Exploit, child_id: int) -> None:
+        """Give a new PBT member the donor's checkpoint as its own first checkpoint.
+
+        A copy, not a reference: the donor trains on and its retention deletes old checkpoints,
+        while the child restores (and restarts from) its own latest checkpoint as any trial does.
+        """
+        source = tx.repo.get_checkpoint(decision.checkpoint_id)
+        if source is None:  # deleted by the donor's retention since the decision was read
+            latest = tx.repo.list_checkpoints(decision.donor_id)
+            if not latest:
+                return
+            source = latest[-1]
+        child = tx.repo.get_trial(child_id)
+        assert child is not None
+        uuid = f"pbt-{child_id}-{source.uuid}"[:64]
+        key = checkpoint_key(child.tenant, child_id, uuid)
+        data = self.store.get(source.storage_key)
+        self.store.put(key, data)
+        now = self.clock()
+        tx.repo.add_checkpoint(
+            child_id, uuid, source.step, 0, dict(source.metrics), key, len(data), now
+        )
+        tx.repo.add_event(
+            child_id,
+            "checkpoint",
+            f"starts from trial {source.trial_id}'s checkpoint {source.id} at step {source.step}",
+            now,
+        )
 
     # ---------------------------------------------------------------- the end
     def _maybe_finish(self, view: _View, study: StudyConfig, report: SearchTickReport) -> None:
@@ -486,19 +520,11 @@ class SearchService:
     def warm_start(self, trial: Trial) -> int | None:
         """The checkpoint a trial without checkpoints of its own starts from, if any.
 
-        A PBT member starts from its donor's checkpoint; any trial of an experiment with
-        ``searcher.source_checkpoint_id`` (a clone) from that one, if its tenant may read it.
+        Any trial of an experiment with ``searcher.source_checkpoint_id`` (a clone) starts
+        from that one, if its tenant may read it. (A PBT member needs no hook: it is born with a
+        copy of its donor's checkpoint as its own.)
         """
         with self.uow() as tx:
-            link = tx.search.get_steered(trial.id)
-            if link is not None and link.warm_start_checkpoint_id is not None:
-                if tx.repo.get_checkpoint(link.warm_start_checkpoint_id) is not None:
-                    return link.warm_start_checkpoint_id
-                # the donor's retention deleted it since: its latest one is as good (or better)
-                if link.parent_trial_id is not None:
-                    latest = tx.repo.list_checkpoints(link.parent_trial_id)
-                    if latest:
-                        return latest[-1].id
             experiment = tx.repo.experiment_of(trial.id)
             source = self._spec(experiment.id, experiment.spec).searcher.source_checkpoint_id
             if source is None:
