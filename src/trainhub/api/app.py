@@ -6,7 +6,7 @@ from fastapi import APIRouter, FastAPI
 
 import trainhub
 from trainhub.api.errors import install_error_handlers
-from trainhub.api.routes import admin, experiments, scheduling, trials
+from trainhub.api.routes import admin, experiments, scheduling, search, trials
 from trainhub.service.container import Services
 
 
@@ -26,6 +26,7 @@ def create_app(services: Services) -> FastAPI:
     api.include_router(trials.router)
     api.include_router(admin.router)
     api.include_router(scheduling.router)
+    api.include_router(search.router)
     app.include_router(api)
 
     @app.get("/healthz", include_in_schema=False)
