@@ -57,7 +57,8 @@ def test_trials_sorted_by_metric_with_hparams_as_columns(
     table = cli("trials", str(experiment_id)).output
     assert "2/4 trials" in table
     assert "best: trial" in table
-    assert "lr" in table and "width" in table
+    assert "lr" in table
+    assert "width" in table
     csv_text = cli("trials", str(experiment_id), "--csv").output.splitlines()
     assert csv_text[0] == "id,state,acc,epochs,lr,width,why"
     assert len(csv_text) == 3
