@@ -59,6 +59,7 @@ def test_trials_sorted_by_metric_with_hparams_as_columns(
     assert "best: trial" in table
     assert "lr" in table
     assert "width" in table
+    assert "2/4 trials: 0 done" in cli("show", str(experiment_id)).output
     csv_text = cli("trials", str(experiment_id), "--csv").output.splitlines()
     assert csv_text[0] == "id,state,acc,epochs,lr,width,why"
     assert len(csv_text) == 3
