@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sqlite3
 import threading
 import warnings
@@ -234,10 +235,12 @@ class OptunaSearch:
                 optuna_study.tell(number, state=_TELL[target], skip_if_finished=True)
 
     def is_exhausted(self, study: StudyConfig) -> bool:
-        sampler = self._study(study).sampler
-        return isinstance(sampler, optuna.samplers.GridSampler) and sampler.is_exhausted(
-            self._study(study)
-        )
+        """Every point of a grid was asked (Optuna's own check waits for them to finish, and
+        meanwhile hands out running points again)."""
+        if study.sampler != "grid" or study.grid is None:
+            return False
+        size = math.prod(len(values) for values in study.grid.values())
+        return len(self._study(study).get_trials(deepcopy=False)) >= size
 
     def importance(self, study: StudyConfig) -> dict[str, float]:
         optuna_study = self._study(study)
