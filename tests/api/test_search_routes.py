@@ -187,3 +187,31 @@ def test_other_tenants_cannot_steer(search_api: tuple[Api, SearchService]) -> No
     assert [e["path"] for e in bad_space.json()["errors"]] == [
         "hyperparameters.optimizer.choices.1.params.beta1.low"
     ]
+
+
+def test_templates_save_list_and_submit_with_changes(
+    search_api: tuple[Api, SearchService],
+) -> None:
+    api, _ = search_api
+    alice = api.user("alice", "vision")
+    bob = api.user("bob", "nlp")
+    experiment_id = submit(api, alice, SEARCH).json()["id"]
+    r = _post(api, f"/experiments/{experiment_id}/template", alice, {"name": "lr-search"})
+    assert r.status_code == 201, r.text
+    assert r.json()["has_context"] is True
+    listed = api.client.get("/api/v1/templates", headers=api.headers(alice)).json()
+    assert [t["name"] for t in listed["data"]] == ["lr-search"]
+    assert api.client.get("/api/v1/templates", headers=api.headers(bob)).json()["count"] == 0
+    r = _post(api, "/templates/lr-search/submit", alice, {"set": {"searcher.max_trials": 2}})
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["searcher"]["max_trials"] == 2
+    missing = _post(api, "/templates/nope/submit", alice, {})
+    assert missing.status_code == 404
+    assert "trainhub template ls" in missing.json()["hint"]
+    bad = api.client.post(
+        "/api/v1/templates",
+        data={"name": "broken", "spec": "name: x\nentrypoint: python -m t\nmax_restarts: -1\n"},
+        headers=api.headers(alice),
+    )
+    assert bad.status_code == 422
+    assert [e["path"] for e in bad.json()["errors"]] == ["max_restarts"]

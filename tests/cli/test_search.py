@@ -84,4 +84,8 @@ def test_steer_from_the_command_line(live: LiveServer, cli: Cli, search: SearchS
     wrong = cli("clone", str(experiment_id), "--set", "searcher.sampler=annealing")
     assert wrong.exit_code == 1
     assert "searcher.sampler" in wrong.output
+    assert "saved template" in cli("template", "save", "base", "--from", str(experiment_id)).output
+    assert "default/base (with code" in cli("template", "ls").output
+    submitted = cli("template", "submit", "base", "--set", "lr=0.05")
+    assert "from template base" in submitted.output
     assert "CANCELED" in cli("kill", str(experiment_id)).output

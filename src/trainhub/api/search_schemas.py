@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from trainhub.api.schemas import ExperimentPublic, TrialPublic
 from trainhub.core.states import TrialState
-from trainhub.service.search_ports import SearchState
+from trainhub.service.search_ports import SearchState, SpecTemplate
 from trainhub.service.steering import SearchProgress, TrialResult
 
 
@@ -96,3 +96,37 @@ class ImportancePublic(BaseModel):
     importance: dict[str, float] = Field(
         description="Optuna's hyperparameter importance (sums to 1; empty with < 2 completed)."
     )
+
+
+class TemplateFromExperimentIn(_In):
+    name: str = Field(description="Template name, unique in the tenant.")
+
+
+class TemplateSubmitIn(_In):
+    set: dict[str, Any] = Field(default_factory=dict, description="Changes, as for clone.")
+    tenant: str | None = None
+
+
+class TemplatePublic(BaseModel):
+    tenant: str
+    name: str
+    spec_yaml: str
+    has_context: bool
+    created_by: str
+    created_at: float
+
+    @classmethod
+    def of(cls, t: SpecTemplate) -> TemplatePublic:
+        return cls(
+            tenant=t.tenant,
+            name=t.name,
+            spec_yaml=t.spec_yaml,
+            has_context=t.context_key is not None,
+            created_by=t.created_by,
+            created_at=t.created_at,
+        )
+
+
+class TemplatesPublic(BaseModel):
+    data: list[TemplatePublic]
+    count: int

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -228,3 +229,69 @@ def limits(
     with connect() as client:
         progress = client.set_search_limits(experiment_id, max_trials, max_concurrent_trials)
     out.print(progress_line(progress))
+
+
+template_app = typer.Typer(
+    help="Named specs of a tenant (with their code), to submit again with changes.",
+    no_args_is_help=True,
+)
+
+
+@template_app.command("ls")
+def template_ls() -> None:
+    """List the templates of your tenants."""
+    with connect() as client:
+        rows = client.list_templates()
+    if not rows:
+        out.print("no templates; save one with `trainhub template save NAME SPEC`")
+        return
+    for row in rows:
+        code = "with code" if row["has_context"] else "no code"
+        out.print(f"{row['tenant']}/{row['name']} ({code}, saved by {row['created_by']})")
+
+
+@template_app.command("save")
+def template_save(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    spec_file: Annotated[
+        Path | None, typer.Argument(metavar="SPEC", help="The spec; its directory is the code.")
+    ] = None,
+    context_dir: Annotated[
+        Path | None, typer.Option("--context", "-C", help="Code directory (default: SPEC's).")
+    ] = None,
+    experiment: Annotated[
+        int | None, typer.Option("--from", metavar="EXP", help="Save this experiment instead.")
+    ] = None,
+    tenant: Annotated[str | None, typer.Option(help="Tenant of the template.")] = None,
+) -> None:
+    """Save a spec (and its code directory) or an experiment (--from EXP) as a template."""
+    if (spec_file is None) == (experiment is None):
+        raise fail("give a SPEC file or --from EXP", code=EXIT_INVALID_INPUT)
+    spec_text: str | None = None
+    context: bytes | None = None
+    if spec_file is not None:
+        from trainhub.cli.context import ContextError, pack_context
+
+        try:
+            spec_text = spec_file.read_text()
+            context = pack_context((context_dir or spec_file.parent).resolve()).data
+        except (OSError, ContextError) as exc:
+            raise fail(str(exc), code=EXIT_INVALID_INPUT) from None
+    with connect() as client:
+        row = client.save_template(name, spec_text, context, tenant, experiment)
+    out.print(f"saved template {row['tenant']}/{row['name']}")
+
+
+@template_app.command("submit")
+def template_submit(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    changes: Annotated[
+        list[str] | None, typer.Option("--set", help="PATH=VALUE, repeatable (as for clone).")
+    ] = None,
+    tenant: Annotated[str | None, typer.Option(help="Tenant of the template.")] = None,
+) -> None:
+    """Submit a template with changes, e.g. --set lr=0.01 --set searcher.max_trials=64."""
+    parsed = parse_changes(changes or [])
+    with connect() as client:
+        body = client.submit_template(name, parsed, tenant)
+    out.print(f"submitted experiment {body['id']} ({body['name']}) from template {name}")

@@ -311,6 +311,8 @@ class SearchService:
                         report.created.append(self._add_trial(tx, view, params, None).trial_id)
                     tx.search.update_search(search.experiment_id, rng_state=search.rng_state + 1)
             return
+        if live >= search.max_concurrent_trials or made >= search.max_trials:
+            return  # no room: do not even ask the backend what is pending
         linked = {link.backend_id for link in view.links.values()}
         orphans = [a for a in self.backend.pending(study) if a.backend_id not in linked]
         space = view.spec.search_space

@@ -126,6 +126,18 @@ class SteeredTrial:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SpecTemplate:
+    """A named spec of a tenant (and the code context it was saved with), to submit again."""
+
+    tenant: str
+    name: str
+    spec_yaml: str
+    context_key: str | None
+    created_by: str
+    created_at: float
+
+
 class SearchRepository(Protocol):
     def ensure_search(
         self, experiment_id: int, max_trials: int, max_concurrent_trials: int, now: float
@@ -141,6 +153,13 @@ class SearchRepository(Protocol):
     def get_steered(self, trial_id: int) -> SteeredTrial | None: ...
     def list_steered(self, experiment_id: int) -> list[SteeredTrial]: ...
     def update_steered(self, trial_id: int, **fields: Any) -> SteeredTrial: ...
+
+    def save_template(self, template: SpecTemplate) -> SpecTemplate:
+        """Create or replace the tenant's template of that name."""
+        ...
+
+    def get_template(self, tenant: str, name: str) -> SpecTemplate | None: ...
+    def list_templates(self, tenants: Sequence[str] | None) -> list[SpecTemplate]: ...
 
 
 class SearchTx(Protocol):

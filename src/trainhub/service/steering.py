@@ -14,16 +14,24 @@ latest checkpoint (``searcher.source_checkpoint_id``).
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from trainhub.core.errors import Conflict, InvalidRequest, NotFound
-from trainhub.core.spec import ExperimentSpec
+from trainhub.core.spec import NAME_PATTERN, ExperimentSpec, parse_spec
 from trainhub.core.states import TrialState
-from trainhub.service.auth import check_read, check_write, require_user
+from trainhub.service.auth import (
+    check_read,
+    check_write,
+    choose_tenant,
+    require_user,
+    visible_tenants,
+)
 from trainhub.service.clock import Clock
+from trainhub.service.context_archive import check_context
 from trainhub.service.experiments import ExperimentDetail, ExperimentService
 from trainhub.service.ports import ArtifactStore, Principal
 from trainhub.service.records import Experiment, Trial
@@ -34,6 +42,7 @@ from trainhub.service.search_ports import (
     SearchState,
     SearchTx,
     SearchUnitOfWork,
+    SpecTemplate,
     SteeredTrial,
     StopIntent,
 )
@@ -282,6 +291,67 @@ class SteeringService:
         text = yaml.safe_dump(spec, sort_keys=False)
         return self.experiments.submit(principal, text, context, experiment.tenant)
 
+    # ---------------------------------------------------------------- templates
+    def save_template(
+        self,
+        principal: Principal,
+        name: str,
+        *,
+        experiment_id: int | None = None,
+        spec_yaml: str | None = None,
+        context: bytes | None = None,
+        tenant: str | None = None,
+    ) -> SpecTemplate:
+        """Save a spec (or an experiment's spec and code) as the tenant's template ``name``."""
+        if not re.fullmatch(NAME_PATTERN, name):
+            raise InvalidRequest(
+                f"template name {name!r} is not allowed",
+                "use letters, digits, '-', '_' and '.', starting with a letter or digit",
+            )
+        if experiment_id is not None:
+            experiment = self.experiments.get(principal, experiment_id).experiment
+            spec_yaml = experiment.spec_yaml
+            context = self.store.get(experiment.context_key) if experiment.context_key else None
+            tenant = tenant or experiment.tenant
+        if spec_yaml is None:
+            raise InvalidRequest("give a spec or an experiment to save as a template")
+        parse_spec(spec_yaml)  # a template always submits cleanly (code aside)
+        tenant_name = choose_tenant(principal, tenant)
+        check_write(principal, tenant_name, f"tenant {tenant_name!r}")
+        key = template_context_key(tenant_name, name) if context else None
+        if key is not None and context is not None:
+            check_context(context, self.experiments.max_context_bytes)
+            self.store.put(key, context)
+        with self.uow() as tx:
+            return tx.search.save_template(
+                SpecTemplate(tenant_name, name, spec_yaml, key, principal.username, self.clock())
+            )
+
+    def list_templates(self, principal: Principal) -> list[SpecTemplate]:
+        require_user(principal)
+        with self.uow() as tx:
+            return tx.search.list_templates(visible_tenants(principal))
+
+    def submit_template(
+        self, principal: Principal, name: str, tenant: str | None, changes: dict[str, Any]
+    ) -> ExperimentDetail:
+        """Submit the template with changes (``--set lr=0.01``), with the code saved with it."""
+        tenant_name = choose_tenant(principal, tenant)
+        check_read(principal, tenant_name, f"tenant {tenant_name!r}")
+        with self.uow() as tx:
+            template = tx.search.get_template(tenant_name, name)
+        if template is None:
+            raise NotFound(
+                f"tenant {tenant_name!r} has no template {name!r}",
+                "list them with `trainhub template ls`",
+            )
+        spec = yaml.safe_load(template.spec_yaml)
+        for path, value in changes.items():
+            apply_change(spec, path, value)
+        context = self.store.get(template.context_key) if template.context_key else None
+        text = yaml.safe_dump(spec, sort_keys=False)
+        return self.experiments.submit(principal, text, context, tenant_name)
+
     # ---------------------------------------------------------------- results
     def progress(self, principal: Principal, experiment_id: int) -> SearchProgress:
         detail = self.experiments.get(principal, experiment_id)
@@ -347,6 +417,10 @@ class SteeringService:
             raise NotFound(f"experiment {experiment_id} does not exist")
         check_write(principal, experiment.tenant, f"experiment {experiment_id}")
         return experiment
+
+
+def template_context_key(tenant: str, name: str) -> str:
+    return f"tenants/{tenant}/templates/{name}.tar.gz"
 
 
 def apply_change(spec: dict[str, Any], path: str, value: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Boolean, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from trainhub.adapters.db.models import Base
@@ -39,3 +39,15 @@ class SteeredTrialRow(Base):
     parent_trial_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     due_step: Mapped[int] = mapped_column(Integer, default=0)
     extra: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class SpecTemplateRow(Base):
+    __tablename__ = "spec_templates"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    spec_yaml: Mapped[str] = mapped_column(Text)
+    context_key: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    created_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)

@@ -11,12 +11,14 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from trainhub.adapters.db.models import TenantRow
 from trainhub.adapters.db.repository import SqlRepository
-from trainhub.adapters.db.search_models import SearchRow, SteeredTrialRow
+from trainhub.adapters.db.search_models import SearchRow, SpecTemplateRow, SteeredTrialRow
 from trainhub.core.errors import NotFound
 from trainhub.service.search_ports import (
     SearchRecord,
     SearchState,
+    SpecTemplate,
     SteeredTrial,
     StopIntent,
 )
@@ -136,6 +138,48 @@ class SqlSearchRepository:
             setattr(row, key, value.value if isinstance(value, StopIntent) else value)
         self.s.flush()
         return _steered(row)
+
+    def save_template(self, template: SpecTemplate) -> SpecTemplate:
+        tenant = self.s.scalar(select(TenantRow).where(TenantRow.name == template.tenant))
+        if tenant is None:
+            raise NotFound(f"tenant {template.tenant!r} does not exist")
+        row = self.s.scalar(
+            select(SpecTemplateRow).where(
+                SpecTemplateRow.tenant_id == tenant.id, SpecTemplateRow.name == template.name
+            )
+        )
+        if row is None:
+            row = SpecTemplateRow(tenant_id=tenant.id, name=template.name)
+            self.s.add(row)
+        row.spec_yaml = template.spec_yaml
+        row.context_key = template.context_key
+        row.created_by = template.created_by
+        row.created_at = template.created_at
+        self.s.flush()
+        return template
+
+    def get_template(self, tenant: str, name: str) -> SpecTemplate | None:
+        row = self.s.execute(
+            select(SpecTemplateRow, TenantRow.name)
+            .join(TenantRow, TenantRow.id == SpecTemplateRow.tenant_id)
+            .where(TenantRow.name == tenant, SpecTemplateRow.name == name)
+        ).first()
+        return _template(row[0], row[1]) if row else None
+
+    def list_templates(self, tenants: Sequence[str] | None) -> list[SpecTemplate]:
+        query = select(SpecTemplateRow, TenantRow.name).join(
+            TenantRow, TenantRow.id == SpecTemplateRow.tenant_id
+        )
+        if tenants is not None:
+            query = query.where(TenantRow.name.in_(list(tenants)))
+        rows = self.s.execute(query.order_by(TenantRow.name, SpecTemplateRow.name))
+        return [_template(row, tenant) for row, tenant in rows]
+
+
+def _template(row: SpecTemplateRow, tenant: str) -> SpecTemplate:
+    return SpecTemplate(
+        tenant, row.name, row.spec_yaml, row.context_key, row.created_by, row.created_at
+    )
 
 
 @dataclasses.dataclass(frozen=True)

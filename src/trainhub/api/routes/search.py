@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, UploadFile
+from starlette.concurrency import run_in_threadpool
 
 from trainhub.api.deps import CurrentPrincipal, ServicesDep
 from trainhub.api.schemas import ExperimentDetailPublic, TrialPublic
@@ -11,6 +14,10 @@ from trainhub.api.search_schemas import (
     ImportancePublic,
     SearchLimitsIn,
     SearchProgressPublic,
+    TemplateFromExperimentIn,
+    TemplatePublic,
+    TemplatesPublic,
+    TemplateSubmitIn,
     TrialCloneIn,
 )
 from trainhub.core.errors import Conflict
@@ -112,4 +119,55 @@ def clone_trial(
 ) -> ExperimentDetailPublic:
     """A new single-trial experiment with this trial's hyperparameters, changed as asked."""
     detail = _steering(services).clone_trial(principal, trial_id, body.set, body.from_checkpoint)
+    return ExperimentDetailPublic.of_detail(detail)
+
+
+@router.get("/templates", response_model=TemplatesPublic)
+def list_templates(services: ServicesDep, principal: CurrentPrincipal) -> TemplatesPublic:
+    rows = _steering(services).list_templates(principal)
+    return TemplatesPublic(data=[TemplatePublic.of(t) for t in rows], count=len(rows))
+
+
+@router.post("/templates", status_code=201, response_model=TemplatePublic)
+async def save_template(
+    services: ServicesDep,
+    principal: CurrentPrincipal,
+    name: Annotated[str, Form(description="Template name, unique in the tenant.")],
+    spec: Annotated[str, Form(description="The experiment spec, YAML text.")],
+    context: Annotated[UploadFile | None, File(description="The code as tar.gz.")] = None,
+    tenant: Annotated[str | None, Form()] = None,
+) -> TemplatePublic:
+    """Save a spec (and its code) as a named template of the tenant; replaces one of that name."""
+    data = await context.read() if context is not None else None
+    template = await run_in_threadpool(
+        _steering(services).save_template,
+        principal,
+        name,
+        spec_yaml=spec,
+        context=data,
+        tenant=tenant,
+    )
+    return TemplatePublic.of(template)
+
+
+@router.post(
+    "/experiments/{experiment_id}/template", status_code=201, response_model=TemplatePublic
+)
+def save_experiment_as_template(
+    services: ServicesDep,
+    principal: CurrentPrincipal,
+    experiment_id: int,
+    body: TemplateFromExperimentIn,
+) -> TemplatePublic:
+    """Save an experiment's spec and code as a template of its tenant."""
+    template = _steering(services).save_template(principal, body.name, experiment_id=experiment_id)
+    return TemplatePublic.of(template)
+
+
+@router.post("/templates/{name}/submit", status_code=201, response_model=ExperimentDetailPublic)
+def submit_template(
+    services: ServicesDep, principal: CurrentPrincipal, name: str, body: TemplateSubmitIn
+) -> ExperimentDetailPublic:
+    """Submit a template with changes (``{"set": {"lr": 0.01}}``)."""
+    detail = _steering(services).submit_template(principal, name, body.tenant, body.set)
     return ExperimentDetailPublic.of_detail(detail)

@@ -1,4 +1,4 @@
-"""searches and steered trials (hyperparameter search, pause, prune, warm start)
+"""searches, steered trials (search, pause, prune, warm start) and spec templates
 
 Revision ID: 0005
 Revises: 0002
@@ -47,9 +47,23 @@ def upgrade() -> None:
         sa.UniqueConstraint("backend_id"),
     )
     op.create_index("ix_steered_trials_experiment_id", "steered_trials", ["experiment_id"])
+    op.create_table(
+        "spec_templates",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("tenant_id", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=64), nullable=False),
+        sa.Column("spec_yaml", sa.Text(), nullable=False),
+        sa.Column("context_key", sa.String(length=512), nullable=True),
+        sa.Column("created_by", sa.String(length=64), nullable=False),
+        sa.Column("created_at", sa.Float(), nullable=False),
+        sa.ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("tenant_id", "name"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("spec_templates")
     op.drop_index("ix_steered_trials_experiment_id", table_name="steered_trials")
     op.drop_table("steered_trials")
     op.drop_index("ix_searches_state", table_name="searches")
