@@ -489,6 +489,39 @@ class TrainhubClient:
         result: JSON = self._json("POST", f"/trials/{trial_id}/clone", json=body)
         return result
 
+    def list_templates(self) -> list[JSON]:
+        """Templates of the caller's tenants: ``[{"tenant", "name", "spec_yaml", ...}]``."""
+        result: list[JSON] = self._json("GET", "/templates")["data"]
+        return result
+
+    def save_template(
+        self,
+        name: str,
+        spec: str | None = None,
+        context: bytes | None = None,
+        tenant: str | None = None,
+        experiment_id: int | None = None,
+    ) -> JSON:
+        """Save a spec (with its code) or an experiment as the tenant's template ``name``."""
+        if experiment_id is not None:
+            body = {"name": name}
+            result: JSON = self._json("POST", f"/experiments/{experiment_id}/template", json=body)
+            return result
+        data = {"name": name, "spec": spec or ""}
+        if tenant:
+            data["tenant"] = tenant
+        files = {"context": ("context.tar.gz", context, "application/gzip")} if context else None
+        result = self._json("POST", "/templates", data=data, files=files)
+        return result
+
+    def submit_template(
+        self, name: str, changes: dict[str, Any], tenant: str | None = None
+    ) -> JSON:
+        """Submit a template with changes; returns the experiment."""
+        body = {"set": changes, "tenant": tenant}
+        result: JSON = self._json("POST", f"/templates/{name}/submit", json=body)
+        return result
+
     # -- the queue, priorities, usage --
 
     def queue(self) -> JSON:
