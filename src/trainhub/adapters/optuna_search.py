@@ -172,6 +172,9 @@ class OptunaSearch:
     def __init__(self, storage: optuna.storages.BaseStorage) -> None:
         self.storage = storage
         self._studies: dict[str, optuna.Study] = {}
+        # live trials by storage id: a report or a prune decision reuses the trial's cached
+        # state instead of reading it again (this process is the studies' only writer)
+        self._trials: dict[int, optuna.Trial] = {}
         self._lock = threading.Lock()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -200,6 +203,7 @@ class OptunaSearch:
         with _quiet():
             trial = optuna_study.ask()
             params = space.sample(_OptunaSuggest(trial))
+        self._trials[trial._trial_id] = trial
         return AskedTrial(trial._trial_id, trial.number, params)
 
     def pending(self, study: StudyConfig) -> list[AskedTrial]:
@@ -208,24 +212,32 @@ class OptunaSearch:
         )
         return [AskedTrial(t._trial_id, t.number, dict(t.params)) for t in running]
 
+    def _trial(self, study: StudyConfig, backend_id: int) -> optuna.Trial:
+        trial = self._trials.get(backend_id)
+        if trial is None:
+            trial = optuna.Trial(self._study(study), backend_id)
+            self._trials[backend_id] = trial
+        return trial
+
     def report(
         self, study: StudyConfig, backend_id: int, points: Sequence[tuple[int, float]]
     ) -> None:
         if not points:
             return
-        trial = optuna.Trial(self._study(study), backend_id)
+        trial = self._trial(study, backend_id)
         with _quiet():
             for step, value in points:
                 trial.report(value, step)
 
     def should_prune(self, study: StudyConfig, backend_id: int) -> bool:
         with _quiet():
-            return bool(optuna.Trial(self._study(study), backend_id).should_prune())
+            return bool(self._trial(study, backend_id).should_prune())
 
     def tell(
         self, study: StudyConfig, backend_id: int, state: TellState, value: float | None
     ) -> None:
         optuna_study = self._study(study)
+        self._trials.pop(backend_id, None)
         number = self.storage.get_trial_number_from_id(backend_id)
         with _quiet():
             if state == TellState.COMPLETE and value is not None:
