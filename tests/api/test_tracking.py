@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from tests.api.test_auth import submit
+from tests.api.trials import start_attempt
 from tests.fixtures.api import Api
-from trainhub.service.auth import new_token
 
 
 def trial_token(api: Api, trial_id: int) -> dict[str, str]:
-    secret, token_hash, prefix = new_token()
-    with api.services.uow() as repo:
-        repo.add_token(token_hash, prefix, "trial", 0.0, trial_id=trial_id)
-    return api.headers(secret)
+    h = start_attempt(api, trial_id, 1)
+    start_attempt(api, trial_id, 2)
+    return h
 
 
 def test_metrics_upsert_per_step_and_latest(api: Api) -> None:
@@ -80,7 +79,7 @@ def test_checkpoint_upload_is_idempotent_and_retention_keeps_latest(api: Api) ->
     assert r.content == b"state 3"
     assert api.client.get(f"{url}/{ids[0]}/file", headers=h).status_code == 404
     bad = api.client.post(url, params={"uuid": "../x", "step": 1}, content=b"x", headers=h)
-    assert bad.status_code == 400
+    assert bad.status_code == 422
 
 
 def test_cancel_signals_a_running_trial(api: Api) -> None:

@@ -24,6 +24,25 @@ class IssuedToken:
     secret: str
 
 
+@dataclass(frozen=True)
+class QuotaChange:
+    """Storage quotas to set (None: leave as is), or ``clear`` to go back to the defaults."""
+
+    max_checkpoint_bytes: int | None = None
+    max_trial_storage_bytes: int | None = None
+    max_storage_bytes: int | None = None
+    clear: bool = False
+
+    def fields(self) -> dict[str, int | None]:
+        names = ("max_checkpoint_bytes", "max_trial_storage_bytes", "max_storage_bytes")
+        if self.clear:
+            return dict.fromkeys(names)
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+
+_NO_CHANGE = QuotaChange()
+
+
 def _check_name(kind: str, name: str) -> None:
     if not NAME.match(name):
         raise InvalidRequest(
@@ -67,6 +86,7 @@ class AdminService:
         guaranteed_slots: int = 0,
         limit_slots: int | None = None,
         weight: float = 1.0,
+        quotas: QuotaChange = _NO_CHANGE,
     ) -> Tenant:
         require_admin(principal)
         _check_name("tenant", name)
@@ -74,7 +94,11 @@ class AdminService:
         with self.uow() as repo:
             repo.add_tenant(name, self.clock())
             return repo.update_tenant(
-                name, guaranteed_slots=guaranteed_slots, limit_slots=limit_slots, weight=weight
+                name,
+                guaranteed_slots=guaranteed_slots,
+                limit_slots=limit_slots,
+                weight=weight,
+                **quotas.fields(),
             )
 
     def update_tenant(
@@ -85,9 +109,10 @@ class AdminService:
         limit_slots: int | None = None,
         weight: float | None = None,
         clear_limit: bool = False,
+        quotas: QuotaChange = _NO_CHANGE,
     ) -> Tenant:
         require_admin(principal)
-        fields: dict[str, object] = {}
+        fields: dict[str, object] = dict(quotas.fields())
         if guaranteed_slots is not None:
             fields["guaranteed_slots"] = guaranteed_slots
         if limit_slots is not None or clear_limit:

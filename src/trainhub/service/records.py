@@ -15,6 +15,10 @@ class Tenant:
     guaranteed_slots: int = 0
     limit_slots: int | None = None
     weight: float = 1.0
+    # storage quotas set by admins; None: the server's default
+    max_checkpoint_bytes: int | None = None
+    max_trial_storage_bytes: int | None = None
+    max_storage_bytes: int | None = None
 
 
 @dataclass(frozen=True)
