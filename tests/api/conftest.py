@@ -97,3 +97,12 @@ def served(tmp_path: Path) -> Iterator[Served]:
         thread.join(10)
         sock.close()
         api.services.uow.engine.dispose()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def sapi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    """One bounded API for a module's tests that only read or get refused."""
+    built = build_bounded_api(tmp_path_factory.mktemp("shared"))
+    with built.client:
+        yield built
+    built.services.uow.engine.dispose()  # type: ignore[attr-defined]
