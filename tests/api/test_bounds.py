@@ -441,7 +441,7 @@ def test_uploads_are_refused_from_their_headers_before_the_body(served) -> None:
     assert str(limits.MAX_JSON_BODY_BYTES).encode() in data
 
 
-def test_a_streamed_checkpoint_round_trips(served) -> None:  # type: ignore[no-untyped-def]
+def test_a_streamed_checkpoint_round_trips(served, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import hashlib
 
     import httpx
@@ -471,6 +471,17 @@ def test_a_streamed_checkpoint_round_trips(served) -> None:  # type: ignore[no-u
             for part in d.iter_bytes():
                 digest.update(part)
     assert digest.hexdigest() == hashlib.sha256(payload).hexdigest()
+    # the client streams it to a file
+    from trainhub.client import ApiError, TrainhubClient
+
+    target = tmp_path / "model.pt"
+    with TrainhubClient(served.url, alice) as client:
+        assert client.save_checkpoint_file(trial_id, checkpoint_id, target) == len(payload)
+        with pytest.raises(ApiError) as missing:
+            client.save_checkpoint_file(trial_id, checkpoint_id + 100, tmp_path / "no.pt")
+    assert target.read_bytes() == payload
+    assert missing.value.status_code == 404
+    assert not (tmp_path / "no.pt").exists()
     # a chunked upload over its quota is cut off while it streams, and nothing stays
     set_quotas(api, "vision", max_checkpoint_bytes=1024 * 1024)
     with httpx.Client(base_url=served.url, headers=own, timeout=30) as c:

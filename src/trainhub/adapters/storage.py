@@ -59,7 +59,6 @@ class _FileWriter:
             self._tmp.unlink(missing_ok=True)
 
 
-
 class LocalArtifactStore:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root).resolve()
