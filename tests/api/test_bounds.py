@@ -75,12 +75,16 @@ def test_metric_names_points_and_counts_are_bounded(bapi: Api) -> None:
         return bapi.client.post(url, json=body, headers=h)
 
     # a 10 MB name: the body is over the JSON bound, refused from its Content-Length
-    refused(post({"x" * 10_000_000: 1.0}), 413, str(limits.MAX_JSON_BODY_BYTES))
+    refused(post({"x" * 10_000_000: 1.0}), 413, str(limits.MAX_METRICS_BODY_BYTES))
     refused(post({"x" * 129: 1.0}), 422, "points.0.values")
     refused(post({"has space": 1.0}), 422, "points.0.values")
     started = time.monotonic()
-    refused(post({f"m{i}": 1.0 for i in range(100_000)}), 422, "points.0.values")
-    refused(post({"loss": 1.0}, points=100_000), 422, "points", "1000")
+    # the report's 100,000 names and 100,000 points: over the body bound, from the headers
+    refused(post({f"m{i}": 1.0 for i in range(100_000)}), 413, "too_large")
+    refused(post({"loss": 1.0}, points=100_000), 413, "too_large")
+    # within the body bound, the counts
+    refused(post({f"m{i}": 1.0 for i in range(257)}), 422, "points.0.values", "256")
+    refused(post({"loss": 1.0}, points=1001), 422, "points", "1000")
     assert time.monotonic() - started < 5.0
     # distinct names per trial: 4 batches of 256 pass 1000
     for batch in range(3):
@@ -438,7 +442,7 @@ def test_uploads_are_refused_from_their_headers_before_the_body(served) -> None:
         served, head(f"Bearer {alice}", f"/api/v1/trials/{trial_id}/metrics", "json")
     )
     assert got == 413
-    assert str(limits.MAX_JSON_BODY_BYTES).encode() in data
+    assert str(limits.MAX_METRICS_BODY_BYTES).encode() in data
 
 
 def test_a_streamed_checkpoint_round_trips(served, tmp_path) -> None:  # type: ignore[no-untyped-def]

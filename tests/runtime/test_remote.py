@@ -281,3 +281,18 @@ def test_the_wire_bounds_match_the_control_planes() -> None:
     assert protocol.METRIC_NAME_PATTERN == limits.METRIC_NAME_PATTERN
     assert protocol.MAX_METRICS_PER_POINT == limits.MAX_METRICS_PER_POINT
     assert protocol.MAX_POINTS_PER_REQUEST == limits.MAX_POINTS_PER_REQUEST
+    assert protocol.MAX_METRICS_BODY_BYTES == limits.MAX_METRICS_BODY_BYTES
+
+
+def test_batches_stay_under_the_body_bound(managed_env: FakeControlPlane) -> None:
+    from trainhub.runtime import protocol
+
+    ctx = trainhub.init(options=FAST.replace(metrics_batch_s=5.0, metrics_batch_max_points=100))
+    wide = {f"{'m' * 120}_{i:03d}": float(i) for i in range(256)}  # ~40 KB of JSON a point
+    for step in range(100):
+        ctx.report(step=step, **wide)
+    assert ctx.close(timeout_s=30)
+    sizes = [len(json.dumps(b, separators=(",", ":"))) for b in managed_env.metric_batches]
+    assert len(sizes) >= 4
+    assert max(sizes) <= protocol.MAX_METRICS_BODY_BYTES
+    assert [p["step"] for p in managed_env.points()] == list(range(100))

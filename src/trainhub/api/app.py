@@ -24,6 +24,8 @@ def body_limit(services: Services, method: str, path: str) -> int | None:
         return None  # bounded by the tenant's storage quotas, before the body is read
     if method == "POST" and path.rstrip("/") == "/api/v1/experiments":
         return services.experiments.max_context_bytes + limits.MAX_SPEC_BYTES + _FORM_OVERHEAD_BYTES
+    if method == "POST" and path.endswith("/metrics"):
+        return limits.MAX_METRICS_BODY_BYTES
     return limits.MAX_JSON_BODY_BYTES
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator
 
 from trainhub.core import limits
 from trainhub.core.resources import Node
@@ -188,6 +188,17 @@ class TrialDetailPublic(TrialPublic):
         )
 
 
+def _at_most(limit: int, what: str) -> Any:
+    """A before-validator: refuse a long list or mapping before validating its items."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, list | dict) and len(value) > limit:
+            raise ValueError(f"{len(value)} {what}; the limit is {limit}")
+        return value
+
+    return check
+
+
 class MetricPointIn(_In):
     step: int = Field(ge=0, le=limits.INT64_MAX)
     values: dict[MetricName, MetricValue] = Field(
@@ -197,6 +208,10 @@ class MetricPointIn(_In):
         f"{limits.MAX_METRIC_NAMES_PER_TRIAL} distinct per trial.",
     )
     time: float | None = Field(None, ge=0, le=1e11)
+
+    _count = field_validator("values", mode="before")(
+        _at_most(limits.MAX_METRICS_PER_POINT, "metrics in one point")
+    )
 
 
 class ProgressIn(_In):
@@ -211,6 +226,10 @@ class MetricsBatchIn(_In):
         default_factory=list, max_length=limits.MAX_POINTS_PER_REQUEST
     )
     progress: ProgressIn | None = None
+
+    _count = field_validator("points", mode="before")(
+        _at_most(limits.MAX_POINTS_PER_REQUEST, "points in one request")
+    )
 
 
 class MetricPointPublic(BaseModel):

@@ -42,8 +42,10 @@ MAX_METRICS_PER_POINT = 256
 MAX_METRIC_NAMES_PER_TRIAL = 1000
 MAX_POINTS_PER_REQUEST = 1000
 
-# request bodies: JSON bodies and form fields; uploads have their own limits
-MAX_JSON_BODY_BYTES = 4 * 1024 * 1024
+# request bodies: JSON bodies and form fields; uploads have their own limits. A JSON body
+# costs the server about 15x its size once parsed: 1 MiB of metrics is ~15 MB for a moment
+MAX_JSON_BODY_BYTES = 1024 * 1024
+MAX_METRICS_BODY_BYTES = 1024 * 1024  # the runtime splits its batches to stay under this
 
 # storage quotas (defaults where the tenant's admin set none)
 DEFAULT_MAX_CHECKPOINT_BYTES = 16 * 1024**3

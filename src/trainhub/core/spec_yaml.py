@@ -43,6 +43,64 @@ def _refuse(message: str, hint: str, mark: Any = None) -> InvalidSpec:
     return InvalidSpec([FieldError("", message + where, hint)])
 
 
+def _flow_depth_exceeds(text: str, limit: int) -> tuple[int, int] | None:
+    """Where flow collections (``[``, ``{``) first nest deeper than ``limit``, if they do.
+
+    A linear pre-scan: PyYAML's scanner looks up to 1,024 characters ahead for every open
+    bracket (a possible simple key), which costs O(depth x 1,024) before the first event.
+    Brackets count only where a collection may start (after an opener, ':', ',', '-', or at
+    the start of a value), never inside quotes or comments, so brackets inside a scalar
+    (``x[0]``) are not mistaken for nesting.
+    """
+    depth = 0
+    line, column = 0, 0
+    previous = "\n"  # the last character that is not a space
+    quote: str | None = None
+    comment = False
+    escaped = False
+    spaced = False
+    for char in text:
+        if char == "\n":
+            line, column = line + 1, 0
+            comment = spaced = False
+            if quote is None:
+                previous = "\n"
+            continue
+        column += 1
+        if comment:
+            continue
+        if quote is not None:
+            if escaped:
+                escaped = False
+            elif char == "\\" and quote == '"':
+                escaped = True
+            elif char == quote:
+                quote = None
+                previous = char
+            continue
+        if char in " \t":
+            spaced = True
+            continue
+        after_space, spaced = spaced, False
+        if char == "#" and (after_space or previous == "\n"):
+            comment = True
+            continue
+        opens = previous in "\n[{,:-?"
+        if char in "'\"" and opens:
+            quote = char
+        elif char in "[{" and opens:
+            depth += 1
+            if depth > limit:
+                return line, column
+        elif char in "]}" and depth:
+            depth -= 1
+        elif char in "[{":
+            previous = "x"  # a bracket inside a scalar: no opener, nor makes the next one
+            continue
+        previous = char
+    return None
+
+
 def check_yaml_bounds(text: str) -> None:
     """Raise InvalidSpec when ``text`` is over a bound; do not build the document."""
     size = len(text.encode("utf-8", errors="replace"))
@@ -50,6 +108,18 @@ def check_yaml_bounds(text: str) -> None:
         raise _refuse(
             f"the spec is {size} bytes; the limit is {MAX_SPEC_BYTES} bytes",
             "keep large data out of the spec; read it from the code context or storage",
+        )
+    deep = _flow_depth_exceeds(text, MAX_SPEC_DEPTH)
+    if deep is not None:
+        raise InvalidSpec(
+            [
+                FieldError(
+                    "",
+                    f"the spec nests deeper than {MAX_SPEC_DEPTH} levels "
+                    f"(line {deep[0] + 1}, column {deep[1]})",
+                    "flatten the structure",
+                )
+            ]
         )
     anchors: dict[str, tuple[int, int]] = {}  # anchor -> (units, depth) it expands to
     stack: list[_Open] = []

@@ -72,6 +72,17 @@ def coerce_metric(name: str, value: object) -> float:
     )
 
 
+def _within_body_bound(points: list[protocol.MetricPoint]) -> list[protocol.MetricPoint]:
+    """The leading points whose JSON stays under the control plane's body bound (at least
+    one: a point of 256 metrics with 128-character names is ~40 KB)."""
+    room = protocol.MAX_METRICS_BODY_BYTES - 4096  # the envelope and the progress
+    for i, point in enumerate(points):
+        room -= len(json.dumps(point, separators=(",", ":"))) + 1
+        if room < 0 and i:
+            return points[:i]
+    return points
+
+
 def coerce_metrics(metrics: Mapping[str, object]) -> dict[str, float]:
     if len(metrics) > protocol.MAX_METRICS_PER_POINT:
         raise ValueError(
@@ -294,7 +305,9 @@ class RemoteMetricsSink(BaseMetricsSink):
                 def send_once(budget_s: float) -> None:
                     nonlocal in_flight, in_flight_version
                     with self._cond:
-                        points = list(itertools.islice(self._queue, self._batch_max_points))
+                        points = _within_body_bound(
+                            list(itertools.islice(self._queue, self._batch_max_points))
+                        )
                         progress, version = self._progress, self._progress_version
                     in_flight, in_flight_version = len(points), version
                     batch: protocol.MetricsBatch = {"attempt": self._attempt, "points": points}

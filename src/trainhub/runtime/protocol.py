@@ -34,6 +34,7 @@ API_PREFIX = "/api/v1"
 METRIC_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,127}$"  # 1-128 chars
 MAX_METRICS_PER_POINT = 256
 MAX_POINTS_PER_REQUEST = 1000
+MAX_METRICS_BODY_BYTES = 1024 * 1024
 
 
 def metrics_path(trial_id: int) -> str:
