@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "src"))
 
-from api_server import ApiServer  # noqa: E402  (needs sys.path)
+from api_server import ApiServer, start_attempt  # noqa: E402  (needs sys.path)
 
 BASE = "name: demo\nentrypoint: python train.py\n"
 MIB = 1024 * 1024
@@ -140,21 +140,10 @@ class Bench:
     def running_trial(self, headers: dict[str, str]) -> tuple[int, dict[str, str]]:
         """A trial of ``headers``' user with a started attempt and its token (as the control
         loop would make them; written straight to the server's database)."""
-        from trainhub.adapters.db import SqlUnitOfWork, make_engine
-        from trainhub.core.states import TrialState
-        from trainhub.service.auth import new_token
-
         files = {"context": ("context.tar.gz", CONTEXT, "application/gzip")}
         r = self.http.post("/experiments", data={"spec": BASE}, files=files, headers=headers)
         trial_id = int(r.json()["trials"][0]["id"])
-        engine = make_engine(self.server.db_url)
-        secret, token_hash, prefix = new_token()
-        with SqlUnitOfWork(engine)() as repo:
-            token = repo.add_token(token_hash, prefix, "trial", time.time(), trial_id=trial_id)
-            repo.set_trial_state(trial_id, TrialState.SCHEDULED)
-            repo.set_trial_state(trial_id, TrialState.RUNNING, started_at=time.time())
-            repo.add_attempt(trial_id, 1, f"t{trial_id}-a1", ["node-0"], None, token.id, 1.0)
-        engine.dispose()
+        secret = start_attempt(self.server.db_url, trial_id)
         return trial_id, {"Authorization": f"Bearer {secret}"}
 
     def end(self, trial_id: int) -> None:

@@ -89,6 +89,24 @@ class ApiServer:
         return f"sqlite:///{self.home / 'trainhub.db'}"
 
 
+def start_attempt(db_url: str, trial_id: int) -> str:
+    """Give a queued trial a running first attempt and its trial token, written straight to
+    the server's database as the control loop would; returns the token."""
+    from trainhub.adapters.db import SqlUnitOfWork, make_engine
+    from trainhub.core.states import TrialState
+    from trainhub.service.auth import new_token
+
+    engine = make_engine(db_url)
+    secret, token_hash, prefix = new_token()
+    with SqlUnitOfWork(engine)() as repo:
+        token = repo.add_token(token_hash, prefix, "trial", time.time(), trial_id=trial_id)
+        repo.set_trial_state(trial_id, TrialState.SCHEDULED)
+        repo.set_trial_state(trial_id, TrialState.RUNNING, started_at=time.time())
+        repo.add_attempt(trial_id, 1, f"t{trial_id}-a1", ["node-0"], None, token.id, time.time())
+    engine.dispose()
+    return secret
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("home", type=Path)
