@@ -100,3 +100,25 @@ def test_cancel_signals_a_running_trial(api: Api) -> None:
     assert r.json()["stop_requested"] == "canceled by alice"
     signals = api.client.get(f"/api/v1/trials/{trial_id}/signals", headers=h).json()
     assert signals == {"should_stop": True, "reason": "canceled by alice"}
+
+
+def test_64_bit_steps_are_stored_on_every_database(api: Api) -> None:
+    user = api.user("alice", "vision")
+    trial_id = submit(api, user).json()["trials"][0]["id"]
+    h = trial_token(api, trial_id)
+    big = 2**63 - 1
+    body = {"points": [{"step": big, "values": {"loss": 1.0}}]}
+    assert (
+        api.client.post(f"/api/v1/trials/{trial_id}/metrics", json=body, headers=h).status_code
+        == 204
+    )
+    r = api.client.post(
+        f"/api/v1/trials/{trial_id}/checkpoints",
+        params={"uuid": "big-step", "step": big},
+        content=b"x",
+        headers=h,
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["step"] == big
+    points = api.client.get(f"/api/v1/trials/{trial_id}/metrics", headers=api.headers(user)).json()
+    assert points["data"][0]["step"] == big
