@@ -197,3 +197,25 @@ class DecayedUsage(Mapping[str, float]):
 
     def __len__(self) -> int:
         return len(self._value)
+
+
+def scaled_guarantees(guarantees: Mapping[str, int], total_slots: int) -> dict[str, int]:
+    """Guarantees the cluster can honour: unchanged when they add up to at most
+    ``total_slots``; else scaled in proportion to add up to it exactly (largest remainder,
+    at least one slot for each tenant that had one while there are enough slots)."""
+    total = sum(guarantees.values())
+    if total <= total_slots:
+        return dict(guarantees)
+    scaled = apportion_guarantees({t: float(g) for t, g in guarantees.items()}, total_slots)
+    return {t: scaled.get(t, 0) for t in guarantees}
+
+
+def guarantee_note(guarantees: Mapping[str, int], total_slots: int) -> str | None:
+    """The words that tell users their guarantees were scaled down, or None if they were not."""
+    total = sum(guarantees.values())
+    if total <= total_slots:
+        return None
+    return (
+        f"tenant guarantees add up to {total} GPUs, more than the cluster's {total_slots}: "
+        f"each is scaled down by {total_slots / total:.2f}"
+    )

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from trainhub.core.fairshare import DecayedUsage
+from trainhub.core.fairshare import DecayedUsage, scaled_guarantees
 from trainhub.core.resources import can_ever_fit
 from trainhub.core.scheduling import BasePolicy, TenantShare, split_decisions
 from trainhub.core.scheduling.view import SnapshotBuilder, TrialFacts
@@ -140,11 +140,12 @@ class Simulator:
         facts: dict[int, TrialFacts] = {}
         tenant_names = sorted({j.tenant for j in arrivals} | set(self.tenants))
         start = arrivals[0].submit_s if arrivals else 0.0
-        timeline = TenantTimeline(
-            tenant_names,
+        # fairness is measured against the guarantees the policy can honour (scaled to fit)
+        guarantees = scaled_guarantees(
             {t: self.tenants.get(t, TenantShare()).guaranteed_slots for t in tenant_names},
-            start,
+            self.cluster.total_gpus,
         )
+        timeline = TenantTimeline(tenant_names, guarantees, start)
         usage = DecayedUsage(cfg.half_life_s, start, tenant_names)
         heap: list[tuple[float, int, int, int, int]] = []
         seq = 0
