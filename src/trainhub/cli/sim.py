@@ -8,6 +8,7 @@ Examples::
     trainhub sim --trace philly --nodes 64 --gpus-per-node 8 --policy fair --policy fifo
     trainhub sim --trace tiresias-60 --policy las --json
     trainhub sim --trace philly --limit 5000 --policy fair --policy sjf --policy las
+    trainhub sim --trace openb-default --nodes 48 --load 1.5 -p fair -p fifo --json
 """
 
 from __future__ import annotations
@@ -86,13 +87,33 @@ def sim(
     known_durations: Annotated[
         bool, typer.Option(help="Show every policy the true durations (SJF always sees them)")
     ] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="One JSON line per policy")] = False,
+    load: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            help="Run a window of the trace with its arrivals rescaled to offer this multiple "
+            "of the cluster's capacity (0.7, 1.0, 1.5 in the benchmark); default: the trace "
+            "at its own pace",
+        ),
+    ] = None,
+    window_jobs_per_gpu: Annotated[
+        int, typer.Option(min=1, help="With --load: jobs in the window per GPU of the cluster")
+    ] = 8,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON line per policy with the benchmark's keys (ratios against FIFO, "
+            "which runs too if not asked for)",
+        ),
+    ] = False,
 ) -> None:
     """Simulate POLICY (default: fair and fifo) on TRACE and report completion times,
     queueing, utilisation, preemptions and fairness against each tenant's guarantee."""
     from trainhub.sim.cluster import ClusterSpec
     from trainhub.sim.engine import SimConfig
-    from trainhub.sim.runner import compare, load_trace, ratios
+    from trainhub.sim.runner import compare, load_trace
+    from trainhub.sim.sweep import cell_lines, cell_name, load_window
 
     console = Console()
     try:
@@ -112,19 +133,24 @@ def sim(
     else:
         cluster = loaded.cluster
     names = [p.value for p in policy] if policy else [DEFAULT_POLICY, "fifo"]
+    runs = names if not json_output or "fifo" in names else [*names, "fifo"]
     try:
-        results = compare(loaded.jobs, cluster, names, sim=config)
+        jobs = loaded.jobs
+        if load is not None:
+            size = window_jobs_per_gpu * cluster.total_gpus
+            jobs = load_window(jobs, cluster.total_gpus, load, size)
+        results = compare(jobs, cluster, runs, sim=config)
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     summaries = [r.summary() for r in results]
-    baseline = next((s for s in summaries if s["policy"] == "fifo"), None)
     if json_output:
-        for summary in summaries:
-            line = dict(summary, trace=loaded.name, cluster=cluster.describe())
-            if baseline is not None and summary is not baseline:
-                line.update(ratios(summary, baseline))
-            typer.echo(json.dumps(line))
+        # a trace's own cluster may mix node sizes: it is named by its largest
+        largest = max(n.num_gpus for n in cluster.nodes)
+        cell = cell_name(loaded.name, len(cluster.nodes), largest, load)
+        for line in cell_lines(cell, summaries):
+            if line["policy"] in names:
+                typer.echo(json.dumps(line))
         return
     table = Table(title=f"{loaded.name}: {len(loaded.jobs)} jobs on {cluster.describe()}")
     for column in (

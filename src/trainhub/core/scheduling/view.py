@@ -197,6 +197,11 @@ def estimate_duration(
     return None
 
 
+_IN_SNAPSHOT = frozenset(
+    {TrialState.QUEUED, TrialState.SCHEDULED, TrialState.RUNNING, TrialState.PREEMPTING}
+)
+
+
 class SnapshotBuilder:
     """Builds snapshots from facts, reusing the views of facts that did not change.
 
@@ -245,14 +250,25 @@ class SnapshotBuilder:
         tenant_usage: Mapping[str, float] | None = None,
     ) -> Snapshot:
         """The snapshot of exactly these trials and nodes at ``now``."""
-        fresh = {t.trial_id: t for t in trials if t.state == TrialState.QUEUED or t.state.is_active}
+        # one pass; unchanged facts should be the same objects (an identity check), equal
+        # copies cost a field-by-field comparison
+        fresh: dict[int, TrialFacts] = {}
+        changed: list[TrialFacts] = []
         known = self._facts
-        changed = [t for i, t in fresh.items() if (k := known.get(i)) is not t and k != t]
-        gone = [i for i in known if i not in fresh]
-        node_list = list(nodes)
+        for t in trials:
+            if t.state in _IN_SNAPSHOT:
+                fresh[t.trial_id] = t
+                k = known.get(t.trial_id)
+                if k is not t and k != t:
+                    changed.append(t)
+        gone = (
+            [i for i in known if i not in fresh] if len(known) + len(changed) > len(fresh) else []
+        )
         self.update(trials=changed, gone=gone)
-        if [n.node_id for n in node_list] != list(self._nodes) or any(
-            self._nodes[n.node_id] != n for n in node_list
+        node_list = list(nodes)
+        have = self._nodes
+        if len(node_list) != len(have) or any(
+            (k := have.get(n.node_id)) is not n and k != n for n in node_list
         ):
             self.set_nodes(node_list)
         return self.snapshot(now, tenants, tenant_usage)
