@@ -222,7 +222,9 @@ def next_trial_state(
     elif outcome == AttemptOutcome.SUCCEEDED:
         made = Transition(TrialState.COMPLETED, None, None)
     elif outcome == AttemptOutcome.PREEMPTED:
-        made = Transition(TrialState.QUEUED, None, f"preempted ({detail}); resumes from {resume}")
+        # the message keeps the reason once the policy's pending reason replaces it
+        note = f"preempted ({detail}); resumes from {resume}"
+        made = Transition(TrialState.QUEUED, note, note)
     elif outcome == AttemptOutcome.UNPLACED:
         made = Transition(
             TrialState.QUEUED, detail, f"{detail}; waits to be placed again (not a restart)"
