@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import json
 import math
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
+
+# the choices of --policy, generated from the one list of policies
+PolicyChoice = StrEnum("PolicyChoice", {name.upper(): name for name in POLICY_NAMES})  # type: ignore[misc]
 
 app = typer.Typer(
     help="Replay a job trace on a simulated cluster under scheduling policies.",
@@ -49,8 +55,14 @@ def sim(
         ),
     ] = "philly",
     policy: Annotated[
-        list[str] | None,
-        typer.Option("--policy", "-p", help="fair, fifo, sjf or las; repeat to compare"),
+        list[PolicyChoice] | None,
+        typer.Option(
+            "--policy",
+            "-p",
+            case_sensitive=False,
+            help=policy_help(default=None).removesuffix(".")
+            + f"; repeat to compare (default: {DEFAULT_POLICY} and fifo)",
+        ),
     ] = None,
     nodes: Annotated[
         int | None,
@@ -99,7 +111,7 @@ def sim(
         cluster = ClusterSpec.uniform(nodes or 64, gpus_per_node)
     else:
         cluster = loaded.cluster
-    names = policy or ["fair", "fifo"]
+    names = [p.value for p in policy] if policy else [DEFAULT_POLICY, "fifo"]
     try:
         results = compare(loaded.jobs, cluster, names, sim=config)
     except ValueError as exc:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainhub.core.resources import Node
+from trainhub.core.scheduling.view import NodeFacts
 
 
 @dataclass(frozen=True)
@@ -16,6 +18,17 @@ class NodeSpec:
     num_cpus: float = 1e6
     gpu_model: str | None = None
     gpu_temperature_c: float | None = None
+    memory_gb: float = math.inf
+
+    def facts(self) -> NodeFacts:
+        return NodeFacts(
+            node_id=self.node_id,
+            total_gpus=self.num_gpus,
+            total_cpus=self.num_cpus,
+            total_memory_gb=self.memory_gb,
+            gpu_model=self.gpu_model,
+            gpu_temperature_c=self.gpu_temperature_c,
+        )
 
     def node(self) -> Node:
         return Node(
@@ -26,6 +39,8 @@ class NodeSpec:
             free_cpus=self.num_cpus,
             gpu_model=self.gpu_model,
             gpu_temperature_c=self.gpu_temperature_c,
+            total_memory_gb=self.memory_gb,
+            free_memory_gb=self.memory_gb,
         )
 
 
