@@ -175,6 +175,9 @@ def test_scheduler_facts(uow: SqlUnitOfWork) -> None:
         for tid, run_time in ((trial_id, 100.0), (other, 300.0)):
             write_trial(repo, tid, TrialUpdate(state=TrialState.SCHEDULED))
             write_trial(repo, tid, TrialUpdate(state=TrialState.COMPLETED, run_time_s=run_time))
-        [estimate] = repo.run_times()
-        assert (estimate.user, estimate.project, estimate.num_trials) == ("alice", "p", 2)
-        assert estimate.mean_run_time_s == pytest.approx(200.0)
+        runs = repo.finished_runs()
+        assert sorted((r.user, r.project, r.run_time_s) for r in runs) == [
+            ("alice", "p", 100.0),
+            ("alice", "p", 300.0),
+        ]
+        assert len(repo.finished_runs(limit=1)) == 1

@@ -81,7 +81,8 @@ def test_a_trial_runs_and_completes_with_its_run_time_kept(h: LoopHarness) -> No
     trial = h.trial(trial_id)
     assert trial.state == TrialState.COMPLETED
     assert trial.run_time_s == pytest.approx(100.0)
-    assert trial.attained_service == pytest.approx(100.0 * 4)  # 2 workers x 2 CPUs = 4 slots
+    # service counts from placement (its slots were held): 105 s x 2 workers x 2 CPUs
+    assert trial.attained_service == pytest.approx(105.0 * 4)
     [attempt] = h.attempts(trial_id)
     assert (attempt.outcome, attempt.exit_codes) == ("SUCCEEDED", (0, 0))
     assert h.executor.released == [key]
@@ -271,3 +272,51 @@ def test_cancel_of_a_running_trial_stops_it_gracefully(h: LoopHarness) -> None:
     assert (trial.state, trial.message) == (TrialState.CANCELED, "canceled by admin")
     assert h.attempts(trial_id)[0].outcome == "KILLED"
     assert key in h.executor.released
+
+
+class Recording(BasePolicy):
+    """FIFO that keeps the snapshots it was shown."""
+
+    def __init__(self) -> None:
+        self.fifo = FifoPolicy()
+        self.snapshots: list[Snapshot] = []
+
+    def decide(self, snapshot: Snapshot) -> Sequence[Decision]:
+        self.snapshots.append(snapshot)
+        return self.fifo.decide(snapshot)
+
+
+def test_the_policy_sees_the_facts_production_keeps(tmp_path: Path) -> None:
+    policy = Recording()
+    config = LoopConfig("http://127.0.0.1:1", estimate_min_samples=1)
+    h = LoopHarness(tmp_path, policy, cpu_nodes(2), config)
+    try:
+        done = h.submit(SPEC)
+        key = start_running(h, done)
+        h.clock.step(600)
+        h.executor.exit(key, [0, 0])
+        h.tick()  # completed after 600 s of run time: the estimate for admin's 'default'
+        running = h.submit(SPEC + "preemption: {preemptible: false}\n")
+        key = start_running(h, running)
+        with h.uow() as repo:  # the runtime registers checkpoints every 100 s
+            for step in (1, 2):
+                h.clock.step(100)
+                repo.add_checkpoint(running, f"c{step}", step, 1, {}, "k", 1, h.clock())
+        h.clock.step(30)
+        h.submit(WHOLE_CLUSTER)
+        h.tick()
+        snapshot = policy.snapshots[-1]
+        [view] = snapshot.running
+        assert view.trial_id == running
+        assert (view.user, view.preemptible) == ("admin", False)
+        assert view.last_checkpoint_at == h.clock() - 30
+        assert view.checkpoint_every_s == pytest.approx(100.0)
+        assert view.work_at_risk_s(snapshot.now) == pytest.approx(30.0)
+        assert view.expected_duration_s == pytest.approx(600.0)
+        [waiting] = snapshot.queue
+        assert waiting.user == "admin"
+        assert waiting.expected_duration_s == pytest.approx(600.0)
+        # free capacity by the books: 16 CPUs less the running trial's 2 x 2
+        assert sum(n.free_cpus for n in snapshot.nodes) == pytest.approx(12.0)
+    finally:
+        h.close()

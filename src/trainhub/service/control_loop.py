@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainhub.core.fairshare import DecayedUsage
 from trainhub.core.resources import ResourceRequest
 from trainhub.core.scheduling import BasePolicy, Pending, Preempt, Start
 from trainhub.core.spec import ExperimentSpec
@@ -66,8 +67,10 @@ class LoopConfig:
     orphan_check_interval_s: float = 30.0
     # half-life of the decayed usage that fair share orders tenants by
     usage_half_life_s: float = 24 * 3600.0
-    # how often the duration estimates (run times of completed trials) are read again
+    # how often the duration estimates (run times of completed trials) are read again, and
+    # how many similar completed trials an estimate needs
     estimates_refresh_s: float = 60.0
+    estimate_min_samples: int = 3
 
     def __post_init__(self) -> None:
         if not self.api_url.startswith(("http://", "https://")):
@@ -111,11 +114,17 @@ class ControlLoop:
         self.clock = clock
         self.limits = config.limits
         self._specs: dict[int, ExperimentSpec] = {}
-        self.view = SchedulingView(policy, config.usage_half_life_s, config.estimates_refresh_s)
+        self.view = SchedulingView(
+            policy,
+            config.usage_half_life_s,
+            config.estimates_refresh_s,
+            config.estimate_min_samples,
+        )
         self._last_orphan_check = float("-inf")
 
     @property
-    def usage(self) -> Any:
+    def usage(self) -> DecayedUsage:
+        """Each tenant's decayed usage, as fair share reads it."""
         return self.view.usage
 
     # ---------------------------------------------------------------- the tick
@@ -231,8 +240,9 @@ class ControlLoop:
         now = self.clock()
         outcome = verdict.outcome
         with self.uow() as repo:
-            ran_s = 0.0
+            ran_s = held_s = 0.0
             num_slots = 0
+            progress_s = trial.progress_s
             if attempt is not None:
                 repo.update_attempt(
                     attempt.id,
@@ -245,11 +255,16 @@ class ControlLoop:
                 )
                 if attempt.token_id is not None:
                     repo.revoke_token(attempt.token_id)
-                since = attempt.started_at
-                if since is None and outcome in (AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED):
-                    since = attempt.created_at  # it ran, too briefly to be seen running
-                ran_s = max(0.0, now - since) if since is not None and outcome.ran else 0.0
-                num_slots = attempt.num_slots
+                if outcome.ran:
+                    # run time counts from the processes' start (or placement, if they ended
+                    # before they were seen running); service from when the slots were held
+                    ran_s = max(0.0, now - (attempt.started_at or attempt.created_at))
+                    held_s = max(0.0, now - attempt.created_at)
+                    num_slots = attempt.num_slots
+                    saved = repo.checkpoint_times([trial.id]).get(trial.id)
+                    if saved is not None and saved.attempt == attempt.number:
+                        began = attempt.started_at or attempt.created_at
+                        progress_s = trial.progress_s + max(0.0, saved.last_at - began)
             number = attempt.number if attempt else trial.num_attempts
             repo.add_event(
                 trial.id, outcome.value.lower(), f"attempt {number}: {verdict.detail}", now
@@ -277,7 +292,8 @@ class ControlLoop:
                     ended_at=now if transition.ended else KEEP,
                     num_restarts=trial.num_restarts + 1 if transition.counts_restart else KEEP,
                     run_time_s=trial.run_time_s + ran_s,
-                    attained_service=trial.attained_service + ran_s * num_slots,
+                    attained_service=trial.attained_service + held_s * num_slots,
+                    progress_s=progress_s,
                 ),
                 current=trial.state,
             )

@@ -86,6 +86,8 @@ class Trial:
     # (least attained service); both grow when an attempt ends
     run_time_s: float = 0.0
     attained_service: float = 0.0
+    # run time its latest checkpoint holds: where the next attempt resumes
+    progress_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,7 @@ class TrialUpdate:
     progress: dict[str, Any] | Keep = KEEP
     run_time_s: float | Keep = KEEP
     attained_service: float | Keep = KEEP
+    progress_s: float | Keep = KEEP
 
     def changes(self) -> dict[str, Any]:
         """The columns this update writes, by name."""
@@ -256,10 +259,9 @@ class TrialOwner:
 
 
 @dataclass(frozen=True)
-class RunTimes:
-    """Run times of the completed trials of one (user, project): the duration estimate."""
+class FinishedRun:
+    """The run time of one completed trial (what expected durations are estimated from)."""
 
     user: str
     project: str
-    num_trials: int
-    mean_run_time_s: float
+    run_time_s: float

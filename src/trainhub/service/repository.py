@@ -27,8 +27,8 @@ from trainhub.service.records import (
     Checkpoint,
     CheckpointTimes,
     Experiment,
+    FinishedRun,
     MetricPoint,
-    RunTimes,
     Tenant,
     TenantUpdate,
     Token,
@@ -152,8 +152,8 @@ class UsageStore(Protocol):
         ...
 
     def trial_owners(self, trial_ids: Sequence[int]) -> dict[int, TrialOwner]: ...
-    def run_times(self) -> list[RunTimes]:
-        """Mean run time of COMPLETED trials per (user, project)."""
+    def finished_runs(self, limit: int = 5000) -> list[FinishedRun]:
+        """Run times of the latest ``limit`` COMPLETED trials that ran."""
         ...
 
 

@@ -109,6 +109,8 @@ class TrialRow(Base):
     # run time and slot-seconds of the trial's ended attempts (the scheduler's attained service)
     run_time_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     attained_service: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # run time the latest checkpoint holds (where the next attempt resumes)
+    progress_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class AttemptRow(Base):

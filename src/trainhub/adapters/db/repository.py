@@ -31,8 +31,8 @@ from trainhub.service.records import (
     Checkpoint,
     CheckpointTimes,
     Experiment,
+    FinishedRun,
     MetricPoint,
-    RunTimes,
     Tenant,
     TenantUpdate,
     Token,
@@ -171,6 +171,7 @@ class SqlRepository:
             row.queue_position,
             row.run_time_s or 0.0,
             row.attained_service or 0.0,
+            row.progress_s or 0.0,
         )
 
     def _experiment(self, row: ExperimentRow, tenants: dict[int, str] | None = None) -> Experiment:
@@ -564,21 +565,16 @@ class SqlRepository:
             owners.update((int(i), TrialOwner(int(i), u, p)) for i, u, p in self.s.execute(query))
         return owners
 
-    def run_times(self) -> list[RunTimes]:
+    def finished_runs(self, limit: int = 5000) -> list[FinishedRun]:
         query = (
-            select(
-                UserRow.username,
-                ExperimentRow.project,
-                func.count(),
-                func.avg(TrialRow.run_time_s),
-            )
+            select(UserRow.username, ExperimentRow.project, TrialRow.run_time_s)
             .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)
             .join(UserRow, UserRow.id == ExperimentRow.owner_id)
             .where(TrialRow.state == TrialState.COMPLETED.value, TrialRow.run_time_s > 0)
-            .group_by(UserRow.username, ExperimentRow.project)
-            .order_by(UserRow.username, ExperimentRow.project)
+            .order_by(TrialRow.ended_at.desc(), TrialRow.id.desc())
+            .limit(limit)
         )
-        return [RunTimes(u, p, int(n), float(mean)) for u, p, n, mean in self.s.execute(query)]
+        return [FinishedRun(u, p, float(r)) for u, p, r in self.s.execute(query)]
 
     # -- metrics --
     def upsert_metrics(
