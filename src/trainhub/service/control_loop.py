@@ -136,6 +136,7 @@ class ControlLoop:
             attempts = repo.open_attempts([t.id for t in active])
             for trial in active:
                 self._spec(repo, trial)
+            self.view.advance_usage(repo, active, attempts, self.clock())
         for trial in active:
             report.polled += 1
             verdict = self._observe(trial, attempts.get(trial.id))

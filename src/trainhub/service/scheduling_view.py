@@ -99,6 +99,21 @@ class SchedulingView:
             )
         return self._estimates[key]
 
+    def advance_usage(
+        self, repo: Repository, active: Sequence[Trial], attempts: Mapping[int, Attempt], now: float
+    ) -> None:
+        """Account the slots held since the last tick: what the open attempts hold now, at the
+        start of a tick, before any of them is ended or started (exact between ticks)."""
+        if not self.usage.initialized:
+            horizon = now - 10 * self.half_life_s
+            self.usage.rebuild(repo.attempt_usage(horizon), now)
+        held: dict[str, float] = {}
+        for trial in active:
+            attempt = attempts.get(trial.id)
+            if attempt is not None:
+                held[trial.tenant] = held.get(trial.tenant, 0.0) + attempt.num_slots
+        self.usage.advance(held, now)
+
     def snapshot(
         self,
         repo: Repository,
@@ -108,20 +123,12 @@ class SchedulingView:
         cluster_nodes: Callable[[], list[Node]],
         now: float,
     ) -> Snapshot | None:
-        """The policy's snapshot now; None when nothing waits (usage still advances)."""
-        if not self.usage.initialized:
-            horizon = now - 10 * self.half_life_s
-            self.usage.rebuild(repo.attempt_usage(horizon), now)
-        ids = [t.id for t in active]
-        attempts = repo.open_attempts(ids)
-        held: dict[str, float] = {}
-        for trial in active:
-            attempt = attempts.get(trial.id)
-            if attempt is not None:
-                held[trial.tenant] = held.get(trial.tenant, 0.0) + attempt.num_slots
-        tenant_usage = self.usage.advance(held, now)
+        """The policy's snapshot now; None when nothing waits."""
+        tenant_usage = dict(self.usage) if self.usage.initialized else {}
         if not queued:
             return None
+        ids = [t.id for t in active]
+        attempts = repo.open_attempts(ids)
         current = [t.id for t in (*queued, *active)]
         self._owners = {i: o for i in current if (o := self._owners.get(i)) is not None}
         missing = [i for i in current if i not in self._owners]
