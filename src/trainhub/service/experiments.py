@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from trainhub.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from trainhub.core.spec import ExperimentSpec, Priority, check_entrypoint_exists, parse_spec
@@ -22,8 +23,9 @@ from trainhub.service.clock import Clock
 from trainhub.service.context_archive import DEFAULT_MAX_CONTEXT_BYTES, check_context
 from trainhub.service.keys import context_key
 from trainhub.service.ports import ArtifactStore, Principal
-from trainhub.service.records import Attempt, Checkpoint, Experiment, Trial, TrialEvent
-from trainhub.service.repository import Repository, UnitOfWork
+from trainhub.service.records import Attempt, Checkpoint, Experiment, Trial, TrialEvent, TrialUpdate
+from trainhub.service.repository import ExperimentStore, TrialStore, UnitOfWork
+from trainhub.service.trial_writes import write_trial
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,11 @@ class TrialDetail:
     events: list[TrialEvent]
 
 
-def refresh_experiment_state(repo: Repository, experiment_id: int, now: float) -> None:
+class _TrialsOfExperiments(TrialStore, ExperimentStore, Protocol):
+    """The roles refresh_experiment_state uses."""
+
+
+def refresh_experiment_state(repo: _TrialsOfExperiments, experiment_id: int, now: float) -> None:
     """Derive the experiment's state from its trials (after a trial ended)."""
     states = [t.state for t in repo.list_trials(experiment_id)]
     state = experiment_state(states)
@@ -159,13 +165,23 @@ class ExperimentService:
                 raise Conflict(f"trial {trial_id} already ended ({trial.state})")
             reason = f"canceled by {principal.username}"
             if trial.state in (TrialState.QUEUED, TrialState.PAUSED):
-                trial = repo.set_trial_state(
-                    trial_id, TrialState.CANCELED, ended_at=now, pending_reason=None, message=reason
+                trial = write_trial(
+                    repo,
+                    trial_id,
+                    TrialUpdate(
+                        state=TrialState.CANCELED,
+                        ended_at=now,
+                        pending_reason=None,
+                        message=reason,
+                    ),
+                    current=trial.state,
                 )
                 refresh_experiment_state(repo, trial.experiment_id, now)
             else:
                 # the control loop ends the processes and then records CANCELED
-                trial = repo.update_trial(trial_id, cancel_requested=True, stop_reason=reason)
+                trial = repo.update_trial(
+                    trial_id, TrialUpdate(cancel_requested=True, stop_reason=reason)
+                )
             repo.add_event(trial_id, "cancel", reason, now)
         self.wake_scheduler()
         return trial
@@ -189,7 +205,7 @@ class ExperimentService:
             check_write(principal, trial.tenant, f"trial {trial_id}")
             if trial.state.is_terminal:
                 raise Conflict(f"trial {trial_id} already ended ({trial.state})")
-            trial = repo.update_trial(trial_id, priority=level.value)
+            trial = repo.update_trial(trial_id, TrialUpdate(priority=level.value))
             repo.add_event(
                 trial_id, "priority", f"priority set to {level} by {principal.username}", now
             )

@@ -13,7 +13,7 @@ from trainhub.service.auth import check_trial_scope
 from trainhub.service.clock import Clock
 from trainhub.service.keys import checkpoint_key, log_key
 from trainhub.service.ports import ArtifactStore, Principal
-from trainhub.service.records import Checkpoint, MetricPoint, Trial
+from trainhub.service.records import KEEP, Checkpoint, MetricPoint, Trial, TrialUpdate
 from trainhub.service.repository import Repository, UnitOfWork
 
 MAX_LOG_CHUNK_BYTES = 1024 * 1024
@@ -66,10 +66,9 @@ class TrackingService:
                     if math.isfinite(value):
                         latest[name] = value
                 latest["step"] = max(step, int(latest.get("step", step)))
-            fields: dict[str, Any] = {"latest_metrics": latest}
-            if progress:
-                fields["progress"] = progress
-            repo.update_trial(trial_id, **fields)
+            repo.update_trial(
+                trial_id, TrialUpdate(latest_metrics=latest, progress=progress or KEEP)
+            )
 
     def list_metrics(
         self, principal: Principal, trial_id: int, after_step: int | None, limit: int
