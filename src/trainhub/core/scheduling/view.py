@@ -268,7 +268,7 @@ class SnapshotBuilder:
         node_list = list(nodes)
         have = self._nodes
         if len(node_list) != len(have) or any(
-            (k := have.get(n.node_id)) is not n and k != n for n in node_list
+            (seen := have.get(n.node_id)) is not n and seen != n for n in node_list
         ):
             self.set_nodes(node_list)
         return self.snapshot(now, tenants, tenant_usage)
