@@ -8,6 +8,7 @@ Examples::
     trainhub sim --trace philly --nodes 64 --gpus-per-node 8 --policy fair --policy fifo
     trainhub sim --trace tiresias-60 --policy las --json
     trainhub sim --trace philly --limit 5000 --policy fair --policy sjf --policy las
+    trainhub sim --replay ~/.trainhub/trainhub.db --nodes 6 -p fair -p fifo --guarantee vision=8
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trainhub.core.errors import TrainhubError
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 
 # the choices of --policy, generated from the one list of policies
@@ -87,6 +89,17 @@ def sim(
         bool, typer.Option(help="Show every policy the true durations (SJF always sees them)")
     ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="One JSON line per policy")] = False,
+    replay: Annotated[
+        str | None,
+        typer.Option(
+            help="Replay a server's database (SQLite path or URL, PostgreSQL URL) instead of "
+            "a trace, next to what really happened",
+        ),
+    ] = None,
+    guarantee: Annotated[
+        list[str] | None,
+        typer.Option(help="With --replay: TENANT=SLOTS, a guarantee to try; repeatable"),
+    ] = None,
 ) -> None:
     """Simulate POLICY (default: fair and fifo) on TRACE and report completion times,
     queueing, utilisation, preemptions and fairness against each tenant's guarantee."""
@@ -96,7 +109,7 @@ def sim(
 
     console = Console()
     try:
-        loaded = load_trace(trace, traces_dir, limit)
+        loaded = load_trace(trace, traces_dir, limit) if replay is None else None
         config = SimConfig(
             checkpoint_interval_s=checkpoint_interval_s,
             checkpoint_time_s=checkpoint_time_s,
@@ -107,13 +120,25 @@ def sim(
     except (OSError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    if nodes is not None or loaded.cluster is None:
+    if nodes is not None or loaded is None or loaded.cluster is None:
         cluster = ClusterSpec.uniform(nodes or 64, gpus_per_node)
     else:
         cluster = loaded.cluster
     names = [p.value for p in policy] if policy else [DEFAULT_POLICY, "fifo"]
     try:
-        results = compare(loaded.jobs, cluster, names, sim=config)
+        if replay is not None:
+            from trainhub.cli.replay import replay_database
+            from trainhub.sim.runner import Trace
+
+            report = replay_database(replay, cluster, names, guarantees=guarantee or (), sim=config)
+            loaded = Trace("replay", report.history.jobs)
+            results = report.results
+        else:
+            assert loaded is not None
+            results = compare(loaded.jobs, cluster, names, sim=config)
+    except TrainhubError as exc:
+        console.print(f"[red]error:[/red] {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+        raise typer.Exit(2) from None
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
