@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -117,7 +118,7 @@ def filled(db_url: str, tmp_path: Path) -> Filled:
     return Filled(db_url, jcts)
 
 
-def run_sim(*args: str) -> tuple[int, list[dict[str, object]], str]:
+def run_sim(*args: str) -> tuple[int, list[dict[str, Any]], str]:
     result = CliRunner().invoke(cli_app, ["sim", *args])
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     return result.exit_code, lines, result.stdout
