@@ -157,6 +157,9 @@ class Simulator:
         last_pass = -math.inf
         lost_gpu_s = 0.0
         busy_gpu_s = 0.0
+        # GPU-time held while jobs still arrive: utilisation under the offered load
+        last_arrival = arrivals[-1].submit_s if arrivals else start
+        arriving_gpu_s = 0.0
         held = 0
         total_gpus = self.cluster.total_gpus
         idle = IdleWhileFits(free_g, free_c, free_m, start)
@@ -193,6 +196,8 @@ class Simulator:
             now = min(t_arrival, t_event)
             if now > last:
                 busy_gpu_s += held * (now - last)
+                if last < last_arrival:
+                    arriving_gpu_s += held * (min(now, last_arrival) - last)
                 idle.advance(now)
                 last = now
             changed: list[TrialFacts] = []
@@ -340,6 +345,8 @@ class Simulator:
             timeline=timeline,
             wall_s=time.perf_counter() - wall,
             idle_gpu_s=idle.idle_gpu_s,
+            arriving_gpu_s=arriving_gpu_s,
+            arriving_s=last_arrival - start,
             span_s=last - start,
             cpu_s=time.process_time() - self._cpu_start,
         )

@@ -70,6 +70,9 @@ class SimResult:
     idle_gpu_s: float = 0.0
     # simulated time from the first arrival to the last event
     span_s: float = 0.0
+    # GPU-time held, and simulated time, from the first arrival to the last one
+    arriving_gpu_s: float = 0.0
+    arriving_s: float = 0.0
     extra: dict[str, object] = field(default_factory=dict)
 
     def summary(self) -> dict[str, object]:
@@ -103,6 +106,11 @@ class SimResult:
             "preemptions": sum(r.preemptions for r in self.records),
             "preemptions_per_job": (
                 sum(r.preemptions for r in self.records) / len(done) if done else math.nan
+            ),
+            "utilisation_while_arriving": (
+                self.arriving_gpu_s / (self.total_gpus * self.arriving_s)
+                if self.arriving_s
+                else math.nan
             ),
             "idle_while_fits": (
                 self.idle_gpu_s / (self.total_gpus * self.span_s) if self.span_s else 0.0

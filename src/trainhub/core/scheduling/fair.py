@@ -84,6 +84,7 @@ class _Group:
 
 
 GroupKey = tuple[int, int, float, int]
+_NO_BAND = 1 << 30
 
 
 @dataclass
@@ -269,6 +270,7 @@ class _FairPass:
                     waiting = self.book.of_group("waiting", request, group.shape)
                 self.lazy.append((group.trials, group.at, waiting))
         wake_at = self.preemptor.wake_at if self.preemptor and self.unmet_claim else None
+
         return DecisionList(self.starts, self.preempts, self.pending, self.lazy, wake_at)
 
     def _visit(self, tenant: _Tenant, group: _Group) -> bool:
@@ -429,8 +431,11 @@ class _FairPass:
                     f"reclaiming the tenant's guaranteed {guarantee} GPUs{note}: preempting "
                     f"borrowed trial(s) {ids}, which checkpoint first"
                 )
-        if self.rules.service_thresholds_slot_s or trial.priority.rank:
-            victims = preemptor.displace(trial, group.band, pool)
+        by_service = self.config.displace_by_service and self.rules.service_thresholds_slot_s
+        if by_service or trial.priority.rank:
+            # without displacement by service no band is low enough to displace anyone
+            band = group.band if by_service else _NO_BAND
+            victims = preemptor.displace(trial, band, pool)
             if victims is not None:
                 tenant.used += size - sum(v.request.num_slots for v in victims)
                 self.preempts.extend(
