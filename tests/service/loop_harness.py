@@ -142,6 +142,7 @@ class LoopHarness:
         self.admin = AdminService(self.uow, self.clock)
         issued = self.admin.bootstrap()
         assert issued is not None
+        self.admin_secret = issued.secret
         self.principal: Principal = authenticate_with(self.uow, self.clock, issued.secret)
         self.experiments = ExperimentService(self.uow, self.store, self.clock)
         self.loop = ControlLoop(

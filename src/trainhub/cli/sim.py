@@ -9,6 +9,7 @@ Examples::
     trainhub sim --trace tiresias-60 --policy las --json
     trainhub sim --trace philly --limit 5000 --policy fair --policy sjf --policy las
     trainhub sim --trace openb-default --nodes 48 --load 1.5 -p fair -p fifo --json
+    trainhub sim --replay ~/.trainhub/trainhub.db --nodes 6 -p fair -p fifo --guarantee vision=8
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trainhub.core.errors import TrainhubError
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 
 # the choices of --policy, generated from the one list of policies
@@ -107,6 +109,17 @@ def sim(
             "which runs too if not asked for)",
         ),
     ] = False,
+    replay: Annotated[
+        str | None,
+        typer.Option(
+            help="Replay a server's database (SQLite path or URL, PostgreSQL URL) instead of "
+            "a trace, next to what really happened",
+        ),
+    ] = None,
+    guarantee: Annotated[
+        list[str] | None,
+        typer.Option(help="With --replay: TENANT=SLOTS, a guarantee to try; repeatable"),
+    ] = None,
 ) -> None:
     """Simulate POLICY (default: fair and fifo) on TRACE and report completion times,
     queueing, utilisation, preemptions and fairness against each tenant's guarantee."""
@@ -117,7 +130,7 @@ def sim(
 
     console = Console()
     try:
-        loaded = load_trace(trace, traces_dir, limit)
+        loaded = load_trace(trace, traces_dir, limit) if replay is None else None
         config = SimConfig(
             checkpoint_interval_s=checkpoint_interval_s,
             checkpoint_time_s=checkpoint_time_s,
@@ -128,18 +141,30 @@ def sim(
     except (OSError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    if nodes is not None or loaded.cluster is None:
+    if nodes is not None or loaded is None or loaded.cluster is None:
         cluster = ClusterSpec.uniform(nodes or 64, gpus_per_node)
     else:
         cluster = loaded.cluster
     names = [p.value for p in policy] if policy else [DEFAULT_POLICY, "fifo"]
     runs = names if not json_output or "fifo" in names else [*names, "fifo"]
     try:
-        jobs = loaded.jobs
-        if load is not None:
-            size = window_jobs_per_gpu * cluster.total_gpus
-            jobs = load_window(jobs, cluster.total_gpus, load, size)
-        results = compare(jobs, cluster, runs, sim=config)
+        if replay is not None:
+            from trainhub.cli.replay import replay_database
+            from trainhub.sim.runner import Trace
+
+            report = replay_database(replay, cluster, runs, guarantees=guarantee or (), sim=config)
+            loaded = Trace("replay", report.history.jobs)
+            results = report.results
+        else:
+            assert loaded is not None
+            jobs = loaded.jobs
+            if load is not None:
+                size = window_jobs_per_gpu * cluster.total_gpus
+                jobs = load_window(jobs, cluster.total_gpus, load, size)
+            results = compare(jobs, cluster, runs, sim=config)
+    except TrainhubError as exc:
+        console.print(f"[red]error:[/red] {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+        raise typer.Exit(2) from None
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -148,8 +173,11 @@ def sim(
         # a trace's own cluster may mix node sizes: it is named by its largest
         largest = max(n.num_gpus for n in cluster.nodes)
         cell = cell_name(loaded.name, len(cluster.nodes), largest, load)
-        for line in cell_lines(cell, summaries):
-            if line["policy"] in names:
+        for summary, line in zip(summaries, cell_lines(cell, summaries), strict=True):
+            if replay is not None:
+                # a replay shows what really happened ("actual") beside each policy, in full
+                typer.echo(json.dumps({**line, **summary}))
+            elif line["policy"] in names:
                 typer.echo(json.dumps(line))
         return
     table = Table(title=f"{loaded.name}: {len(loaded.jobs)} jobs on {cluster.describe()}")

@@ -265,3 +265,22 @@ class FinishedRun:
     user: str
     project: str
     run_time_s: float
+
+
+@dataclass(frozen=True)
+class RecordedTrial:
+    """What the database recorded of one trial: its arrival, its shape, how long it ran, and
+    what happened to it (``trainhub sim --replay`` re-runs these through any policy)."""
+
+    trial_id: int
+    tenant: str
+    user: str
+    project: str
+    priority: str
+    state: TrialState
+    spec: dict[str, Any]  # the experiment's spec (its resources give the trial's shape)
+    submitted_at: float
+    first_start_at: float | None  # when its first attempt got its resources
+    ended_at: float | None
+    run_time_s: float
+    num_preemptions: int

@@ -29,6 +29,7 @@ from trainhub.service.records import (
     Experiment,
     FinishedRun,
     MetricPoint,
+    RecordedTrial,
     Tenant,
     TenantUpdate,
     Token,
@@ -154,6 +155,10 @@ class UsageStore(Protocol):
     def trial_owners(self, trial_ids: Sequence[int]) -> dict[int, TrialOwner]: ...
     def finished_runs(self, limit: int = 5000) -> list[FinishedRun]:
         """Run times of the latest ``limit`` COMPLETED trials that ran."""
+        ...
+
+    def trial_history(self, since: float | None = None) -> list[RecordedTrial]:
+        """Every trial submitted at or after ``since`` (all when None), by submission."""
         ...
 
 

@@ -35,6 +35,7 @@ def trial_facts(
     num_preemptions: int = 0,
     checkpoints: CheckpointTimes | None = None,
     expected_duration_s: float | None = None,
+    request: ResourceRequest | None = None,
 ) -> TrialFacts:
     """What the database knows of one queued or active trial, as the snapshot builder reads it."""
     placement: tuple[str, ...] = ()
@@ -51,7 +52,7 @@ def trial_facts(
         trial_id=trial.id,
         tenant=trial.tenant,
         state=trial.state,
-        request=ResourceRequest.from_spec(spec.resources),
+        request=request or ResourceRequest.from_spec(spec.resources),
         user=owner.user if owner else "",
         project=owner.project if owner else spec.project,
         priority=Priority(trial.priority),
@@ -88,6 +89,14 @@ class SchedulingView:
         self._finished: list[tuple[str, str, float]] = []
         self._estimates: dict[tuple[str, str], float | None] = {}
         self._estimates_at = float("-inf")
+        # one request object per experiment: equal facts then compare by identity (fast)
+        self._requests: dict[int, ResourceRequest] = {}
+
+    def _request(self, experiment_id: int, spec: ExperimentSpec) -> ResourceRequest:
+        request = self._requests.get(experiment_id)
+        if request is None:
+            request = self._requests[experiment_id] = ResourceRequest.from_spec(spec.resources)
+        return request
 
     def _expected(self, owner: TrialOwner | None) -> float | None:
         if owner is None:
@@ -152,6 +161,7 @@ class SchedulingView:
                     owner,
                     num_preemptions=preemptions.get(trial.id, 0),
                     expected_duration_s=self._expected(owner),
+                    request=self._request(trial.experiment_id, specs[trial.experiment_id]),
                 )
             )
         for trial in active:
@@ -168,8 +178,11 @@ class SchedulingView:
                     num_preemptions=preemptions.get(trial.id, 0),
                     checkpoints=checkpoints.get(trial.id),
                     expected_duration_s=self._expected(owner),
+                    request=self._request(trial.experiment_id, specs[trial.experiment_id]),
                 )
             )
+        if len(self._requests) > 4 * len(specs):
+            self._requests = {i: r for i, r in self._requests.items() if i in specs}
         tenants = {
             t.name: TenantShare(t.guaranteed_slots, t.limit_slots, t.weight)
             for t in repo.list_tenants()

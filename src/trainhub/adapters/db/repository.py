@@ -23,7 +23,7 @@ from trainhub.adapters.db.models import (
     UserRow,
 )
 from trainhub.core.errors import Conflict, NotFound
-from trainhub.core.states import ExperimentState, TrialState
+from trainhub.core.states import AttemptOutcome, ExperimentState, TrialState
 from trainhub.service.records import (
     Attempt,
     AttemptUpdate,
@@ -33,6 +33,7 @@ from trainhub.service.records import (
     Experiment,
     FinishedRun,
     MetricPoint,
+    RecordedTrial,
     Tenant,
     TenantUpdate,
     Token,
@@ -575,6 +576,55 @@ class SqlRepository:
             .limit(limit)
         )
         return [FinishedRun(u, p, float(r)) for u, p, r in self.s.execute(query)]
+
+    def trial_history(self, since: float | None = None) -> list[RecordedTrial]:
+        first = (
+            select(AttemptRow.trial_id, func.min(AttemptRow.created_at).label("first_at"))
+            .group_by(AttemptRow.trial_id)
+            .subquery()
+        )
+        preempted = (
+            select(AttemptRow.trial_id, func.count().label("num"))
+            .where(AttemptRow.outcome == AttemptOutcome.PREEMPTED.value)
+            .group_by(AttemptRow.trial_id)
+            .subquery()
+        )
+        query = (
+            select(
+                TrialRow,
+                TenantRow.name,
+                UserRow.username,
+                ExperimentRow.project,
+                ExperimentRow.spec,
+                first.c.first_at,
+                preempted.c.num,
+            )
+            .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)
+            .join(TenantRow, TenantRow.id == TrialRow.tenant_id)
+            .join(UserRow, UserRow.id == ExperimentRow.owner_id)
+            .outerjoin(first, first.c.trial_id == TrialRow.id)
+            .outerjoin(preempted, preempted.c.trial_id == TrialRow.id)
+            .order_by(TrialRow.submitted_at, TrialRow.id)
+        )
+        if since is not None:
+            query = query.where(TrialRow.submitted_at >= since)
+        return [
+            RecordedTrial(
+                trial_id=row.id,
+                tenant=tenant,
+                user=user,
+                project=project,
+                priority=row.priority,
+                state=TrialState(row.state),
+                spec=dict(spec),
+                submitted_at=row.submitted_at,
+                first_start_at=first_at,
+                ended_at=row.ended_at,
+                run_time_s=row.run_time_s or 0.0,
+                num_preemptions=int(num or 0),
+            )
+            for row, tenant, user, project, spec, first_at, num in self.s.execute(query)
+        ]
 
     # -- metrics --
     def upsert_metrics(
