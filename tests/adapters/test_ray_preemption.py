@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import textwrap
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -54,10 +53,10 @@ MODES = ["none", "bwrap"]
 
 
 @pytest.fixture(params=MODES)
-def executor(request: pytest.FixtureRequest, ray_executor: RayExecutor) -> Iterator[RayExecutor]:
+def executor(request: pytest.FixtureRequest, ray_executor: RayExecutor) -> RayExecutor:
     if request.param == "bwrap" and (problem := bwrap_problem()) is not None:
         pytest.skip(f"no sandbox here: {problem}")
-    yield RayExecutor(
+    return RayExecutor(
         ray_executor.address,
         namespace=TEST_NAMESPACE,
         sandbox=request.param,
