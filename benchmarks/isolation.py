@@ -95,7 +95,7 @@ def start_ms(repeats: int, scratch: Path) -> float:
     bwrap = sandbox.bwrap_path()
     assert bwrap is not None
     for name in ("code", "spool", "home", "checkpoints"):
-        (scratch / name).mkdir()
+        (scratch / name).mkdir(parents=True)
     mounts = [sandbox.Mount(p, p) for p in sandbox.safe_mounts(sandbox.python_paths(), [])]
     mounts += [
         sandbox.Mount(str(scratch / "code"), sandbox.CODE_DIR),
