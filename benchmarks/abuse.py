@@ -149,10 +149,13 @@ class Bench:
     def end(self, trial_id: int) -> None:
         from trainhub.adapters.db import SqlUnitOfWork, make_engine
         from trainhub.core.states import TrialState
+        from trainhub.service.records import TrialUpdate
+        from trainhub.service.trial_writes import write_trial
 
         engine = make_engine(self.server.db_url)
         with SqlUnitOfWork(engine)() as repo:
-            repo.set_trial_state(trial_id, TrialState.COMPLETED, ended_at=time.time())
+            update = TrialUpdate(state=TrialState.COMPLETED, ended_at=time.time())
+            write_trial(repo, trial_id, update)
         engine.dispose()
 
 

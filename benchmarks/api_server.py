@@ -95,13 +95,15 @@ def start_attempt(db_url: str, trial_id: int) -> str:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine
     from trainhub.core.states import TrialState
     from trainhub.service.auth import new_token
+    from trainhub.service.records import TrialUpdate
+    from trainhub.service.trial_writes import write_trial
 
     engine = make_engine(db_url)
     secret, token_hash, prefix = new_token()
     with SqlUnitOfWork(engine)() as repo:
         token = repo.add_token(token_hash, prefix, "trial", time.time(), trial_id=trial_id)
-        repo.set_trial_state(trial_id, TrialState.SCHEDULED)
-        repo.set_trial_state(trial_id, TrialState.RUNNING, started_at=time.time())
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.SCHEDULED))
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.RUNNING, started_at=time.time()))
         repo.add_attempt(trial_id, 1, f"t{trial_id}-a1", ["node-0"], None, token.id, time.time())
     engine.dispose()
     return secret

@@ -215,8 +215,8 @@ def test_resources_beyond_the_cluster_name_the_largest_node(bapi: Api) -> None:
     body = refused(submit(bapi, member, spec=BASE + "resources: {workers: 4096}\n"), 422)
     (error,) = body["errors"]
     assert error["path"] == "resources.workers"
-    assert "at most 12 workers" in error["message"]
-    assert "the largest node has 0 GPUs and 8 CPUs" in error["message"]
+    assert "holds at most 12" in error["message"]
+    assert "the largest node has 0 GPUs, 8 CPUs" in error["message"]
     # what the cluster can hold is accepted
     assert submit(bapi, member, spec=BASE + "resources: {workers: 12}\n").status_code == 201
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from tests.api.test_auth import submit
 from tests.api.trials import start_attempt
 from tests.fixtures.api import Api
+from trainhub.service.records import TrialUpdate
+from trainhub.service.trial_writes import write_trial
 
 
 def trial_token(api: Api, trial_id: int) -> dict[str, str]:
@@ -88,8 +90,8 @@ def test_cancel_signals_a_running_trial(api: Api) -> None:
     user = api.user("alice", "vision")
     trial_id = submit(api, user).json()["trials"][0]["id"]
     with api.services.uow() as repo:
-        repo.set_trial_state(trial_id, TrialState.SCHEDULED)
-        repo.set_trial_state(trial_id, TrialState.RUNNING)
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.SCHEDULED))
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.RUNNING))
     h = trial_token(api, trial_id)
     assert (
         api.client.get(f"/api/v1/trials/{trial_id}/signals", headers=h).json()["should_stop"]

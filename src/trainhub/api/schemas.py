@@ -424,6 +424,8 @@ class ClusterPublic(BaseModel):
     nodes: list[NodePublic]
     total_gpus: int
     total_cpus: float
+    sandbox: str = Field("none", description="How trial processes are isolated: bwrap or none.")
+    warnings: list[str] = Field(default_factory=list, description="What an admin must know.")
 
 
 class TrialUpdate(_In):

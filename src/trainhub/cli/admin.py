@@ -262,6 +262,8 @@ def cluster() -> None:
     """Show the cluster's nodes and their resources."""
     with connect() as client:
         c = client.cluster()
+    for warning in c.get("warnings", []):
+        out.print(Text(f"WARNING: {warning}", style="bold red"))
     if not c["nodes"]:
         out.print("the cluster has no nodes yet (is Ray running?)")
         return
@@ -284,5 +286,6 @@ def cluster() -> None:
     out.print(table)
     alive = sum(1 for n in c["nodes"] if n["alive"])
     out.print(
-        f"{alive}/{len(c['nodes'])} nodes alive, {c['total_gpus']} GPUs, {c['total_cpus']:g} CPUs"
+        f"{alive}/{len(c['nodes'])} nodes alive, {c['total_gpus']} GPUs, {c['total_cpus']:g} CPUs, "
+        f"trials sandboxed: {c.get('sandbox', 'none')}"
     )

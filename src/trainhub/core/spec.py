@@ -100,6 +100,23 @@ class CheckpointPolicy(_Strict):
     keep_best: Annotated[int, Field(ge=0, le=1000, description="Ranked by searcher.metric.")] = 0
 
 
+class PreemptionPolicy(_Strict):
+    """How the scheduler stops this experiment's trials when it takes their resources back."""
+
+    grace_s: Annotated[
+        float,
+        Field(
+            ge=0,
+            le=3600,
+            description="Seconds between SIGTERM to the script's process group and SIGKILL of "
+            "the whole tree; a plain script saves its checkpoint in this time.",
+        ),
+    ] = 60.0
+    preemptible: bool = Field(
+        True, description="The scheduler may preempt these trials to serve other tenants."
+    )
+
+
 class Environment(_Strict):
     variables: dict[str, str] = Field(
         default_factory=dict,
@@ -150,6 +167,7 @@ class ExperimentSpec(_Strict):
     searcher: SearcherSpec = Field(default_factory=SearcherSpec)
     checkpoints: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
+    preemption: PreemptionPolicy = Field(default_factory=PreemptionPolicy)
     environment: Environment = Field(default_factory=Environment)
     distributed: DistributedSpec = Field(
         default_factory=DistributedSpec,

@@ -10,7 +10,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from trainhub.core.errors import (
     Conflict,
@@ -20,7 +20,12 @@ from trainhub.core.errors import (
     NotFound,
     PermissionDenied,
 )
-from trainhub.core.resources import Node, ResourceRequest
+from trainhub.core.resources import (
+    Node,
+    ResourceRequest,
+    can_ever_fit,
+    largest_node_capacity,
+)
 from trainhub.core.spec import (
     ExperimentSpec,
     Priority,
@@ -40,50 +45,30 @@ from trainhub.service.clock import Clock
 from trainhub.service.context_archive import DEFAULT_MAX_CONTEXT_BYTES, check_context
 from trainhub.service.keys import staged_context_key
 from trainhub.service.ports import ArtifactStore, Principal
-from trainhub.service.records import Attempt, Checkpoint, Experiment, Trial, TrialEvent
-from trainhub.service.repository import Repository, UnitOfWork
+from trainhub.service.records import Attempt, Checkpoint, Experiment, Trial, TrialEvent, TrialUpdate
+from trainhub.service.repository import ExperimentStore, TrialStore, UnitOfWork
+from trainhub.service.trial_writes import write_trial
 
 log = logging.getLogger(__name__)
 
 
 def check_fits_cluster(resources: Resources, nodes: list[Node]) -> None:
-    """Refuse, at submit, a trial that no node (or the whole cluster) could ever hold.
+    """Refuse, at submit, a trial that no node (or the whole cluster) could ever hold, naming
+    the spec field and the largest node's capacity.
 
     Judged against each alive node's total capacity, not what is free now; with no node
     known (the cluster is starting) nothing is refused and the queue explains later.
     """
-    alive = [n for n in nodes if n.alive]
-    if not alive:
+    largest = largest_node_capacity(nodes)
+    if largest is None:
         return
-    request = ResourceRequest.from_spec(resources)
-    largest = max(alive, key=lambda n: (n.total_gpus, n.total_cpus))
-    capacity = f"the largest node has {largest.total_gpus} GPUs and {largest.total_cpus:g} CPUs"
-    per_node = [n.fits(request, free=False) for n in alive]
-    if max(per_node) == 0:
-        labelled = [n for n in alive if request.labels_match(n.labels, n.gpu_model)]
-        if not labelled:
-            path, what = "resources.node_labels", "no node has these labels"
-        elif resources.gpus_per_worker > max(n.total_gpus for n in labelled):
-            path, what = "resources.gpus_per_worker", "no node has this many GPUs"
-        else:
-            path, what = "resources.cpus_per_worker", "no node has this many CPUs"
-        raise InvalidSpec(
-            [FieldError(path, f"{what}; {capacity}", "ask for what one node can hold")]
-        )
-    room = max(per_node) if resources.single_node else sum(per_node)
-    if room < resources.workers:
-        where = "one node" if resources.single_node else "the whole cluster"
-        raise InvalidSpec(
-            [
-                FieldError(
-                    "resources.workers",
-                    f"{where} can hold at most {room} workers of "
-                    f"{request.describe().split(' x ', 1)[1]}; {capacity} "
-                    f"({len(alive)} nodes)",
-                    "ask for fewer workers or smaller ones",
-                )
-            ]
-        )
+    unfit = can_ever_fit(ResourceRequest.from_spec(resources), nodes)
+    if unfit is None:
+        return
+    message = unfit.message
+    if "largest node" not in message:
+        message += f"; the largest node has {largest.describe()}"
+    raise InvalidSpec([FieldError(unfit.field, message, "ask for what the cluster can hold")])
 
 
 @dataclass(frozen=True)
@@ -101,7 +86,11 @@ class TrialDetail:
     events: list[TrialEvent]
 
 
-def refresh_experiment_state(repo: Repository, experiment_id: int, now: float) -> None:
+class _TrialsOfExperiments(TrialStore, ExperimentStore, Protocol):
+    """The roles refresh_experiment_state uses."""
+
+
+def refresh_experiment_state(repo: _TrialsOfExperiments, experiment_id: int, now: float) -> None:
     """Derive the experiment's state from its trials (after a trial ended)."""
     states = [t.state for t in repo.list_trials(experiment_id)]
     state = experiment_state(states)
@@ -261,13 +250,23 @@ class ExperimentService:
                 raise Conflict(f"trial {trial_id} already ended ({trial.state})")
             reason = f"canceled by {principal.username}"
             if trial.state in (TrialState.QUEUED, TrialState.PAUSED):
-                trial = repo.set_trial_state(
-                    trial_id, TrialState.CANCELED, ended_at=now, pending_reason=None, message=reason
+                trial = write_trial(
+                    repo,
+                    trial_id,
+                    TrialUpdate(
+                        state=TrialState.CANCELED,
+                        ended_at=now,
+                        pending_reason=None,
+                        message=reason,
+                    ),
+                    current=trial.state,
                 )
                 refresh_experiment_state(repo, trial.experiment_id, now)
             else:
                 # the control loop ends the processes and then records CANCELED
-                trial = repo.update_trial(trial_id, cancel_requested=True, stop_reason=reason)
+                trial = repo.update_trial(
+                    trial_id, TrialUpdate(cancel_requested=True, stop_reason=reason)
+                )
             repo.add_event(trial_id, "cancel", reason, now)
         self.wake_scheduler()
         return trial
@@ -291,7 +290,7 @@ class ExperimentService:
             check_write(principal, trial.tenant, f"trial {trial_id}")
             if trial.state.is_terminal:
                 raise Conflict(f"trial {trial_id} already ended ({trial.state})")
-            trial = repo.update_trial(trial_id, priority=level.value)
+            trial = repo.update_trial(trial_id, TrialUpdate(priority=level.value))
             repo.add_event(
                 trial_id, "priority", f"priority set to {level} by {principal.username}", now
             )

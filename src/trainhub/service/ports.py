@@ -9,11 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import BinaryIO, Protocol
 
+from trainhub.core.attempts import AttemptPhase, RankPhase
 from trainhub.core.resources import Node
 from trainhub.core.spec import Placement
+
+__all__ = [
+    "ArtifactStore",
+    "AttemptLaunch",
+    "AttemptPhase",
+    "AttemptStatus",
+    "Executor",
+    "Principal",
+    "RankPhase",
+    "RankStatus",
+]
 
 
 @dataclass(frozen=True)
@@ -33,13 +44,6 @@ class AttemptLaunch:
     strategy: Placement = Placement.PACK
 
 
-class RankPhase(StrEnum):
-    STARTING = "starting"  # actor placed, process not yet running
-    RUNNING = "running"
-    EXITED = "exited"  # process ended; exit_code says how
-    LOST = "lost"  # actor or node died; the process state is unknown
-
-
 @dataclass(frozen=True)
 class RankStatus:
     rank: int
@@ -48,14 +52,6 @@ class RankStatus:
     # new output of the rank (stdout and stderr interleaved) from the offset asked for
     log_chunk: bytes = b""
     node_id: str | None = None
-
-
-class AttemptPhase(StrEnum):
-    PLACING = "placing"  # waiting for the placement group or actors
-    RUNNING = "running"  # at least one rank running, none failed
-    EXITED = "exited"  # every rank's process ended (see exit codes)
-    LOST = "lost"  # the attempt's actors or placement are gone
-    UNKNOWN = "unknown"  # the executor has never heard of this attempt
 
 
 @dataclass(frozen=True)

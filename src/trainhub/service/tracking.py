@@ -25,7 +25,7 @@ from trainhub.service.auth import check_trial_scope
 from trainhub.service.clock import Clock
 from trainhub.service.keys import checkpoint_key, log_key
 from trainhub.service.ports import ArtifactStore, BlobWriter, Principal
-from trainhub.service.records import Checkpoint, MetricPoint, Tenant, Trial
+from trainhub.service.records import KEEP, Checkpoint, MetricPoint, Tenant, Trial, TrialUpdate
 from trainhub.service.repository import Repository, UnitOfWork
 
 MAX_LOG_CHUNK_BYTES = 1024 * 1024
@@ -216,10 +216,9 @@ class TrackingService:
             for step, values in sorted(points, key=lambda p: p[0]):
                 latest.update(values)
                 latest["step"] = max(step, int(latest.get("step", step)))
-            fields: dict[str, Any] = {"latest_metrics": latest}
-            if progress:
-                fields["progress"] = progress
-            repo.update_trial(trial_id, **fields)
+            repo.update_trial(
+                trial_id, TrialUpdate(latest_metrics=latest, progress=progress or KEEP)
+            )
 
     def list_metrics(
         self, principal: Principal, trial_id: int, after_step: int | None, limit: int

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from trainhub.core.errors import InvalidRequest
-from trainhub.core.fairshare import advance_usage, mean_life_s
+from trainhub.core.fairshare import DecayedUsage
 from trainhub.service.auth import require_user, visible_tenants
 from trainhub.service.clock import Clock
 from trainhub.service.ports import Principal
@@ -22,6 +22,9 @@ from trainhub.service.repository import UnitOfWork
 from trainhub.service.tracking import StorageQuota
 
 DAY_S = 86_400.0
+
+# the decayed usage that fair share orders by: one ledger for the server and the simulator
+__all__ = ["DAY_S", "DecayedUsage", "UsageReport", "UsageRow", "UsageService", "account"]
 
 
 @dataclass(frozen=True)
@@ -144,41 +147,3 @@ class UsageService:
                 TenantShareRow(tenant.name, tenant.guaranteed_slots, slot_hours, average, ratio)
             )
         return UsageReport(since, until, rows, shares, storage)
-
-
-class DecayedUsage:
-    """Each tenant's decayed slot-seconds (fair share), kept in memory by the control loop.
-
-    Rebuilt exactly from the attempts table when the control plane starts, then advanced at
-    every tick with the slots each tenant holds.
-    """
-
-    def __init__(self, half_life_s: float) -> None:
-        self.half_life_s = half_life_s
-        self._usage: dict[str, float] = {}
-        self._at: float | None = None
-
-    def rebuild(self, attempts: Iterable[AttemptUsage], now: float) -> None:
-        tau = mean_life_s(self.half_life_s)
-        usage: dict[str, float] = defaultdict(float)
-        for a in attempts:
-            end = min(a.end if a.end is not None else now, now)
-            if end <= a.start or a.num_slots <= 0:
-                continue
-            usage[a.tenant] += (
-                a.num_slots
-                * tau
-                * (math.exp(-(now - end) / tau) - math.exp(-(now - a.start) / tau))
-            )
-        self._usage = dict(usage)
-        self._at = now
-
-    def advance(self, slots_held: Mapping[str, float], now: float) -> Mapping[str, float]:
-        if self._at is not None and now > self._at:
-            self._usage = advance_usage(self._usage, slots_held, now - self._at, self.half_life_s)
-        self._at = now if self._at is None else max(self._at, now)
-        return dict(self._usage)
-
-    @property
-    def initialized(self) -> bool:
-        return self._at is not None

@@ -111,6 +111,11 @@ class TrialRow(Base):
     progress: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
     queue_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # run time and slot-seconds of the trial's ended attempts (the scheduler's attained service)
+    run_time_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    attained_service: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # run time the latest checkpoint holds (where the next attempt resumes)
+    progress_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class AttemptRow(Base):
@@ -130,6 +135,8 @@ class AttemptRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stop_requested_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    terminate_sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class MetricRow(Base):

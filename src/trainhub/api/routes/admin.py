@@ -130,4 +130,6 @@ def cluster(services: ServicesDep, principal: CurrentPrincipal) -> ClusterPublic
         nodes=[NodePublic.of(n) for n in nodes],
         total_gpus=sum(n.total_gpus for n in nodes),
         total_cpus=sum(n.total_cpus for n in nodes),
+        sandbox=services.sandbox,
+        warnings=list(services.warnings),
     )
