@@ -152,7 +152,7 @@ def samples_per_s(mode: str, address: str, steps: int, trial_id: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--start-repeats", type=int, default=30)
     args = parser.parse_args()
