@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cli.conftest import Cli, LiveServer
-from tests.cli.helpers import submit
+from tests.cli.helpers import start, submit
 from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
 from trainhub.adapters.optuna_search import OptunaSearch
 from trainhub.service.search import SearchService
@@ -48,6 +48,7 @@ def test_trials_sorted_by_metric_with_hparams_as_columns(
     assert set(rows[0]) >= {"id", "state", "hparams", "metric", "epochs"}
     admin = live.api.services.authenticate(live.api.admin_token)
     for value, row in zip((0.3, 0.9), rows, strict=True):
+        start(live, row["id"])
         live.api.services.tracking.record_metrics(admin, row["id"], 1, [(2, {"acc": value})])
     rows = [
         json.loads(line) for line in cli("trials", str(experiment_id), "--json").output.splitlines()

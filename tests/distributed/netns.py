@@ -166,6 +166,9 @@ def two_host_cluster(
         }
     )
     if os.environ.get("RAY_AUTH_MODE", "").lower() != "disabled":
+        from trainhub.adapters.ray_executor.local_cluster import ensure_auth_token
+
+        ensure_auth_token()  # a fresh HOME has none, and Ray refuses to start without one
         env["RAY_AUTH_MODE"] = "token"  # keep token authentication on (~/.ray/auth_token)
     cluster = TwoHostCluster(ns_a, ns_b, temp_dir, rate, env)
     common = [

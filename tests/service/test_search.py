@@ -47,8 +47,12 @@ def trials_of(rig: Rig, experiment_id: int) -> list[Trial]:
 def train_one_step(
     rig: Rig, steps: dict[int, int], max_step: int, checkpoint: bool = False
 ) -> None:
-    """Every running fake process reports its next step (and exits after the last one)."""
+    """Every running fake process reports its next step (and exits after the last one); like a
+    script that polls ctx.should_stop(), it exits 0 once the control plane says stop."""
     for trial_id, attempt in rig.executor.running().items():
+        if rig.tracking.signals(rig.admin, trial_id)[0]:
+            rig.executor.exit(trial_id, 0)
+            continue
         step = steps.get(trial_id, 0) + 1
         steps[trial_id] = step
         hparams = rig.experiments.get_trial(rig.admin, trial_id).trial.hparams
@@ -236,28 +240,31 @@ def test_pbt_replaces_the_worst_member_from_a_donor_checkpoint(rig: Rig) -> None
     steps: dict[int, int] = {}
     rig.tick()
     assert len(trials_of(rig, experiment_id)) == 4
-    for _ in range(4):
+    restored: dict[int, tuple[int, bytes, str]] = {}  # child -> (checkpoint, data, uuid)
+    for _ in range(8):
         rig.tick()
+        for trial_id, attempt in rig.executor.running().items():
+            if trial_id > 4 and trial_id not in restored:  # a new member was just launched
+                restore = int(attempt.launch.env[protocol.ENV_RESTORE_CHECKPOINT])
+                (copy,) = [
+                    c for c in rig.tracking.list_checkpoints(rig.admin, trial_id) if c.id == restore
+                ]
+                data = rig.tracking.checkpoint_data(rig.admin, trial_id, restore)
+                restored[trial_id] = (restore, data, copy.uuid)
         train_one_step(rig, steps, max_step=6, checkpoint=True)
-    rig.tick()
-    rig.tick()
     trials = {t.id: t for t in trials_of(rig, experiment_id)}
     replaced = [t for t in trials.values() if t.state == TrialState.PRUNED]
     assert replaced
     assert replaced[0].message is not None
     assert "pbt" in replaced[0].message
-    children = [t for t in trials.values() if t.id > 4]
-    assert children
-    child = children[0]
+    assert restored, "a replacement member was launched"
+    child_id, (_, data, uuid) = next(iter(restored.items()))
     progress = {r.trial.id: r for r in rig.steering.progress(rig.admin, experiment_id).results}
-    donor = trials[progress[child.id].parent_trial_id or 0]
-    assert child.hparams["lr"] != donor.hparams["lr"]  # explored: perturbed or resampled
-    launch = next(a.launch for a in rig.executor.attempts.values() if a.launch.trial_id == child.id)
-    restore = int(launch.env[protocol.ENV_RESTORE_CHECKPOINT])
-    # it restores its own copy of the donor's checkpoint (the donor's own may be gone by now)
-    (copy,) = [c for c in rig.tracking.list_checkpoints(rig.admin, child.id) if c.id == restore]
-    assert copy.uuid.startswith(f"pbt-{child.id}-t{donor.id}-s")
-    assert rig.tracking.checkpoint_data(rig.admin, child.id, restore) == b"x"
+    donor = trials[progress[child_id].parent_trial_id or 0]
+    assert trials[child_id].hparams["lr"] != donor.hparams["lr"]  # perturbed or resampled
+    # it restored its own copy of the donor's checkpoint (the donor's own may be gone by now)
+    assert uuid.startswith(f"pbt-{child_id}-t{donor.id}-s")
+    assert data == b"x"
 
 
 def test_clone_with_changes_warm_starts_from_a_trial(rig: Rig) -> None:

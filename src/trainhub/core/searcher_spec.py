@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainhub.core import limits
 from trainhub.core.errors import FieldError, InvalidSpec
 from trainhub.core.search_space import SearchSpace, parse_space
 
@@ -74,7 +75,9 @@ class SearcherSpec(_Strict):
         None, description="single (default), search, pbt, or a sampler/pruner name as shorthand."
     )
     metric: str | None = Field(
-        None, description="Metric that ranks trials and checkpoints, e.g. val_accuracy."
+        None,
+        pattern=limits.METRIC_NAME_PATTERN,
+        description="Metric that ranks trials and checkpoints, e.g. val_accuracy.",
     )
     mode: Literal["max", "min"] = "max"
     sampler: SamplerName | None = Field(

@@ -25,6 +25,8 @@ class Services:
     admin: AdminService
     usage: UsageService
     cluster_nodes: Callable[[], list[Node]]
+    sandbox: str = "none"  # how rank processes are isolated: bwrap | none
+    warnings: tuple[str, ...] = ()  # what an admin must know about this deployment
     steering: SteeringService | None = None  # searches, pause/resume, clone (api/routes/search)
 
     def authenticate(self, secret: str | None) -> Principal:

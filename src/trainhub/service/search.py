@@ -47,7 +47,7 @@ from trainhub.service.clock import Clock
 from trainhub.service.experiments import refresh_experiment_state
 from trainhub.service.keys import checkpoint_key
 from trainhub.service.ports import ArtifactStore
-from trainhub.service.records import Trial
+from trainhub.service.records import Trial, TrialUpdate
 from trainhub.service.search_ports import (
     AskedTrial,
     SearchBackend,
@@ -60,6 +60,7 @@ from trainhub.service.search_ports import (
     StudyConfig,
     TellState,
 )
+from trainhub.service.trial_writes import write_trial
 
 log = logging.getLogger(__name__)
 LIVE_SEARCH_STATES = (SearchState.RUNNING, SearchState.PAUSED)
@@ -268,11 +269,12 @@ class SearchService:
         now = self.clock()
         tx.search.update_steered(trial.id, stop_intent=intent, stop_detail=why)
         if trial.state in (TrialState.QUEUED, TrialState.PAUSED):
-            tx.repo.set_trial_state(
-                trial.id, TrialState.CANCELED, ended_at=now, pending_reason=None, message=why
+            update = TrialUpdate(
+                state=TrialState.CANCELED, ended_at=now, pending_reason=None, message=why
             )
-        else:
-            tx.repo.update_trial(trial.id, cancel_requested=True, stop_reason=why)
+            write_trial(tx.repo, trial.id, update, current=trial.state)
+        else:  # as a cancel: should_stop(), then SIGTERM; the loop ends it PRUNED
+            tx.repo.update_trial(trial.id, TrialUpdate(cancel_requested=True, stop_reason=why))
         tx.repo.add_event(trial.id, intent.value, why, now)
 
     # ---------------------------------------------------------------- telling the backend

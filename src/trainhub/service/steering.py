@@ -34,7 +34,7 @@ from trainhub.service.clock import Clock
 from trainhub.service.context_archive import check_context
 from trainhub.service.experiments import ExperimentDetail, ExperimentService
 from trainhub.service.ports import ArtifactStore, Principal
-from trainhub.service.records import Experiment, Trial
+from trainhub.service.records import AttemptUpdate, Experiment, Trial, TrialUpdate
 from trainhub.service.search import is_better, study_config
 from trainhub.service.search_ports import (
     SearchBackend,
@@ -46,6 +46,7 @@ from trainhub.service.search_ports import (
     SteeredTrial,
     StopIntent,
 )
+from trainhub.service.trial_writes import write_trial
 
 
 @dataclass(frozen=True)
@@ -156,12 +157,17 @@ class SteeringService:
             return trial  # it is ending anyway
         tx.search.update_steered(trial.id, stop_intent=StopIntent.PAUSE, stop_detail=why)
         if trial.state == TrialState.QUEUED:
-            trial = tx.repo.set_trial_state(
-                trial.id, TrialState.PAUSED, pending_reason=f"{why}; resume to queue it again"
+            update = TrialUpdate(
+                state=TrialState.PAUSED, pending_reason=f"{why}; resume to queue it again"
             )
+            trial = write_trial(tx.repo, trial.id, update, current=trial.state)
         elif trial.state in (TrialState.SCHEDULED, TrialState.RUNNING):
-            # checkpoint and stop, like a preemption; the control loop parks it PAUSED
-            trial = tx.repo.set_trial_state(trial.id, TrialState.PREEMPTING, stop_reason=why)
+            # checkpoint and stop, as a preemption does; the control loop parks it PAUSED
+            update = TrialUpdate(state=TrialState.PREEMPTING, stop_reason=why)
+            trial = write_trial(tx.repo, trial.id, update, current=trial.state)
+            attempt = tx.repo.open_attempt(trial.id)
+            if attempt is not None:  # should_stop() from now; SIGTERM after the stop wait
+                tx.repo.update_attempt(attempt.id, AttemptUpdate(stop_requested_at=now))
         tx.repo.add_event(trial.id, "pause", why, now)
         return trial
 
@@ -170,12 +176,13 @@ class SteeringService:
         why = f"resumed by {principal.username}"
         tx.search.update_steered(trial.id, stop_intent=None, stop_detail=None)
         if trial.state == TrialState.PAUSED:
-            trial = tx.repo.set_trial_state(
-                trial.id,
-                TrialState.QUEUED,
+            update = TrialUpdate(
+                state=TrialState.QUEUED,
                 queued_at=now,
+                stop_reason=None,
                 pending_reason=f"{why}; resumes from its latest checkpoint",
             )
+            trial = write_trial(tx.repo, trial.id, update, current=trial.state)
         tx.repo.add_event(trial.id, "resume", why, now)
         return trial
 

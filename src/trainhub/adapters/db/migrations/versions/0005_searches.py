@@ -1,14 +1,14 @@
 """searches, steered trials (search, pause, prune, warm start) and spec templates
 
 Revision ID: 0005
-Revises: 0002
+Revises: 0004
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0002"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
