@@ -164,7 +164,6 @@ def main() -> None:
                 "val_size": args.val_size,
                 "batch_size": args.batch_size,
                 "distributed": strategy_section(strategy, steps_per_epoch),
-                "ps_name": f"bench-{model_name}-{strategy}-{time.monotonic_ns()}",
             }
             jobs.append(job)
     started = time.perf_counter()

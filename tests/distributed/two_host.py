@@ -44,7 +44,7 @@ def run_job(rank: int, job: dict[str, Any]) -> dict[str, Any]:
         splits = data.load(job["dataset"])
     config = DistributedConfig.from_mapping(job.get("distributed", {}))
     model = models.create(job["model"], **job.get("model_kwargs", {}))
-    prepared = apply_strategy(model, config, device="cpu", ps_name=job.get("ps_name"))
+    prepared = apply_strategy(model, config, device="cpu")
     optimizer = prepared.make_optimizer(lr=job.get("lr", 0.05), momentum=0.9)
     loader = make_loader(splits.train, job.get("batch_size", 64), seed=1)
     timer = StepTimer(meter=prepared.meter)
