@@ -151,6 +151,7 @@ class Context:
         self._stop_reason: str | None = None
         self._prepared: PreparedModel | None = None
         self._batch_size: int | None = None
+        self._optimizers: list[torch.optim.Optimizer] = []
         self._poller: SignalPoller | None = None
         self._closed = False
         self._closing = False
@@ -350,6 +351,7 @@ class Context:
             warmup_steps=spec.warmup_steps,
             global_batch_size=global_batch,
         )
+        self._optimizers.append(optimizer)
         if self._prepared is None:
             return optimizer
         return self._prepared.wrap_optimizer(optimizer)
@@ -505,15 +507,22 @@ class Context:
             >>> ctx.save_checkpoint({"model": model.state_dict(), "epoch": epoch}, step=epoch,
             ...                     metrics={"val_accuracy": acc})  # doctest: +SKIP
         """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"save_checkpoint() takes a dict of state, got {type(state).__name__}")
         if self._prepared is not None and self.world_size > 1:
             # local SGD: replicas differ between averagings; save their average, not rank 0's
             # (``state`` holds views of the parameters, so it sees the averaged values)
             self._prepared.average_replicas()
+            if self._prepared.is_fsdp:
+                from trainhub.runtime.distributed.sharded_checkpoint import pack_sharded
+
+                packed = pack_sharded(state)  # every rank writes its own shards
+                if packed is None:
+                    return None
+                state = packed
         if not self.is_chief:
             return None
         step = _as_step(step)
-        if not isinstance(state, Mapping):
-            raise TypeError(f"save_checkpoint() takes a dict of state, got {type(state).__name__}")
         values = {k: v for k, v in coerce_metrics(metrics or {}).items() if math.isfinite(v)}
         return self._checkpoints.save(state, step, values)
 
@@ -533,7 +542,15 @@ class Context:
             >>> state = ctx.restore()  # doctest: +SKIP
             >>> start = state["epoch"] + 1 if state else 0  # doctest: +SKIP
         """
-        return self._checkpoints.load(self._device, weights_only=weights_only)
+        state = self._checkpoints.load(self._device, weights_only=weights_only)
+        from trainhub.runtime.distributed.sharded_checkpoint import is_packed, unpack_sharded
+
+        if state is not None and is_packed(state):
+            model = self._prepared.module if self._prepared is not None else None
+            state = unpack_sharded(
+                state, model=model, optimizers=self._optimizers, weights_only=weights_only
+            )
+        return state
 
     # --- stopping ---
 
