@@ -161,7 +161,8 @@ def test_half_precision_wire_is_within_rounding(
         for step in rank_steps:
             scale = step["true_mean"].abs().max().item()
             assert (step["got"] - step["true_mean"]).abs().max().item() <= rel * scale
-            assert step["payload_bytes"] == IN * OUT * 2
+            peak = 4 if strategy == "fp16" else 0  # fp16: the ranks agree on the largest entry
+            assert step["payload_bytes"] == IN * OUT * 2 + peak
 
 
 def test_powersgd_error_feedback_carries_the_approximation_error(

@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from trainhub.runtime.distributed import builtin_hooks
 from trainhub.runtime.distributed.comm_meter import CommMeter
 from trainhub.runtime.distributed.config import STRATEGY_CONFIGS, DistributedConfig
+from trainhub.runtime.distributed.fp16 import ScaledFP16State, scaled_fp16_hook
 from trainhub.runtime.distributed.large_batch import (
     GradientAccumulator,
     linear_scaled_lr,
@@ -122,9 +123,7 @@ class FP16Strategy(AllReduceStrategy):
     name = "fp16"
 
     def make_hook(self) -> tuple[Any, Any]:
-        return builtin_hooks.fp16_state(self.meter, self.process_group), (
-            builtin_hooks.metered_hook
-        )
+        return ScaledFP16State(self.process_group, self.meter), scaled_fp16_hook
 
 
 class BF16Strategy(AllReduceStrategy):
