@@ -89,3 +89,45 @@ def test_the_fp16_hook_neither_overflows_nor_underflows() -> None:
         # ours: the mean within fp16's relative precision of the bucket's largest entry
         torch.testing.assert_close(result["large"]["ours"], large, rtol=0, atol=2.25e5 * 2**-10)
         torch.testing.assert_close(result["small"]["ours"], small, rtol=2**-10, atol=2e-6 * 2**-10)
+
+
+def _momentum_corrected_vs_sgd(rank: int, world: int, strategy: str) -> dict[str, Any]:
+    from torch import nn
+
+    from trainhub.runtime.distributed import DistributedConfig, apply_strategy
+
+    sections = {
+        # dense throughout (start_step beyond the run): only the momentum moved into the hook
+        "topk": {"strategy": "topk", "topk": {"start_step": 100}},
+        "onebit": {"strategy": "onebit", "onebit": {"start_step": 100}},
+        "allreduce": {"strategy": "allreduce"},
+    }
+    torch.manual_seed(0)
+    prepared = apply_strategy(
+        nn.Linear(8, 4), DistributedConfig.from_mapping(sections[strategy]), device="cpu"
+    )
+    optimizer = prepared.make_optimizer(lr=0.1, momentum=0.9)
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(5):
+        optimizer.zero_grad()
+        prepared.model(torch.randn(4, 8, generator=gen)).pow(2).sum().backward()
+        optimizer.step()
+    return {
+        "weight": prepared.module.weight.detach().clone(),
+        "optimizer_momentum": optimizer.param_groups[0]["momentum"],
+        "hook_momentum": getattr(prepared.hook_state, "momentum", None),
+    }
+
+
+def _all_three(rank: int, world: int) -> dict[str, Any]:
+    return {s: _momentum_corrected_vs_sgd(rank, world, s) for s in ("allreduce", "topk", "onebit")}
+
+
+def test_momentum_correction_is_exactly_momentum_sgd_while_nothing_is_dropped() -> None:
+    results = run_ranks(_all_three)
+    for result in results:
+        reference = result["allreduce"]["weight"]
+        for strategy in ("topk", "onebit"):
+            assert result[strategy]["hook_momentum"] == 0.9
+            assert result[strategy]["optimizer_momentum"] == 0.0
+            torch.testing.assert_close(result[strategy]["weight"], reference)

@@ -156,15 +156,38 @@ class PowerSGDStrategy(AllReduceStrategy):
         return state, builtin_hooks.metered_hook
 
 
-class OneBitStrategy(AllReduceStrategy):
+class _MomentumCorrected(AllReduceStrategy):
+    """A compressing strategy that can take over the optimizer's momentum (see
+    :mod:`~trainhub.runtime.distributed.error_feedback`)."""
+
+    momentum_correction = False
+
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        if not self.momentum_correction or self.hook_state is None:
+            return optimizer
+        momenta = {float(g.get("momentum", 0.0)) for g in optimizer.param_groups}
+        if not isinstance(optimizer, torch.optim.SGD) or len(momenta) != 1:
+            return optimizer  # Adam-like or mixed momenta: compress the gradient as it is
+        momentum = momenta.pop()
+        if momentum <= 0.0 or any(g.get("nesterov") for g in optimizer.param_groups):
+            return optimizer
+        self.hook_state.momentum = momentum
+        for group in optimizer.param_groups:
+            group["momentum"] = 0.0  # the hook applies it, before compressing
+        return optimizer
+
+
+class OneBitStrategy(_MomentumCorrected):
     """Sign bits and one scale per tensor, error feedback; config ``distributed.onebit``."""
 
     name = "onebit"
 
     def make_hook(self) -> tuple[Any, Any]:
         o = self.section.onebit
+        self.momentum_correction = o.momentum_correction
         state = OneBitState(
             self.process_group,
+            block_size=o.block_size,
             start_step=o.start_step,
             error_feedback=o.error_feedback,
             meter=self.meter,
@@ -172,13 +195,14 @@ class OneBitStrategy(AllReduceStrategy):
         return state, onebit_hook
 
 
-class TopKStrategy(AllReduceStrategy):
+class TopKStrategy(_MomentumCorrected):
     """The largest gradient entries, error feedback, density warm-up; ``distributed.topk``."""
 
     name = "topk"
 
     def make_hook(self) -> tuple[Any, Any]:
         t = self.section.topk
+        self.momentum_correction = t.momentum_correction
         state = TopKState(
             self.process_group,
             density=t.density,
