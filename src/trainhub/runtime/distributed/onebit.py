@@ -115,62 +115,95 @@ def split_blocks(lengths: list[int], block_size: int) -> list[int]:
     return blocks
 
 
-_SEGMENT_IDS: dict[tuple[tuple[int, ...], torch.device], torch.Tensor] = {}
+def _blocks(lengths: list[int], block_size: int | None) -> list[tuple[int, int, int]]:
+    """``(offset, full blocks, rest)`` of each tensor; without ``block_size`` one block each."""
+    out, offset = [], 0
+    for length in lengths:
+        size = block_size or max(length, 1)
+        full, rest = divmod(length, size)
+        out.append((offset, full, rest))
+        offset += length
+    return out
 
 
-def _segment_ids(lengths: list[int], device: torch.device) -> torch.Tensor:
-    """The segment of every entry (cached: a bucket's layout repeats every step)."""
-    key = (tuple(lengths), device)
-    ids = _SEGMENT_IDS.get(key)
-    if ids is None:
-        if len(_SEGMENT_IDS) > 64:
-            _SEGMENT_IDS.clear()
-        counts = torch.tensor(lengths, device=device)
-        ids = torch.repeat_interleave(torch.arange(len(lengths), device=device), counts)
-        _SEGMENT_IDS[key] = ids
-    return ids
-
-
-def segment_scales(x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-    """Mean absolute value of each consecutive segment of ``x`` (one pass, any segment count)."""
-    ids = _segment_ids(lengths, x.device)
-    sums = torch.zeros(len(lengths), dtype=torch.float32, device=x.device)
-    sums.index_add_(0, ids, x.abs().to(torch.float32))
-    return sums / torch.tensor(lengths, dtype=torch.float32, device=x.device)
+def segment_scales(
+    x: torch.Tensor, lengths: list[int], block_size: int | None = None
+) -> torch.Tensor:
+    """Mean absolute value of each block of each tensor (each tensor one block by default)."""
+    magnitude = x.abs()
+    scales: list[torch.Tensor] = []
+    for (offset, full, rest), length in zip(_blocks(lengths, block_size), lengths, strict=True):
+        size = block_size or max(length, 1)
+        if full:
+            scales.append(magnitude[offset : offset + full * size].view(full, size).mean(1))
+        if rest:
+            scales.append(magnitude[offset + full * size : offset + length].mean().reshape(1))
+    return torch.cat(scales).to(torch.float32)
 
 
 def _add_scaled_signs(
-    out: torch.Tensor, positive: torch.Tensor, scales: torch.Tensor, lengths: list[int]
+    out: torch.Tensor,
+    positive: torch.Tensor,
+    scales: torch.Tensor,
+    lengths: list[int],
+    block_size: int | None = None,
 ) -> None:
-    """``out += scale * (2 * positive - 1)`` with each segment's scale, in place."""
-    per_entry = scales.to(out.dtype)[_segment_ids(lengths, out.device)]
-    out.add_(torch.where(positive, per_entry, -per_entry))
+    """``out += scale * (2 * positive - 1)`` block by block, in place (a reshape per tensor)."""
+    scales = scales.to(out.dtype)
+    signs = positive.to(out.dtype).mul_(2.0).sub_(1.0)
+    used = 0
+    for (offset, full, rest), length in zip(_blocks(lengths, block_size), lengths, strict=True):
+        size = block_size or max(length, 1)
+        if full:
+            end = offset + full * size
+            block_scales = scales[used : used + full].unsqueeze(1)
+            out[offset:end].view(full, size).addcmul_(
+                signs[offset:end].view(full, size), block_scales
+            )
+            used += full
+        if rest:
+            start = offset + full * size
+            out[start : offset + length].add_(
+                signs[start : offset + length], alpha=float(scales[used])
+            )
+            used += 1
 
 
-def compress(x: torch.Tensor, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def compress(
+    x: torch.Tensor, lengths: list[int], block_size: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The wire message of ``x`` (float32 scales as bytes, then the packed signs) and the
-    residual ``x - scale * sign(x)`` this rank keeps."""
-    scales = segment_scales(x, lengths)
+    residual ``x - scale * sign(x)`` this rank keeps. ``lengths``: the tensors of the bucket;
+    ``block_size``: entries per scale (default: one scale per tensor)."""
+    scales = segment_scales(x, lengths, block_size)
     positive = x >= 0
     message = torch.cat([scales.view(torch.uint8), _pack(positive).to(x.device)])
     residual = x.clone()
-    _add_scaled_signs(residual, positive, -scales, lengths)
+    _add_scaled_signs(residual, positive, -scales, lengths, block_size)
     return message, residual
 
 
-def decompress_into(total: torch.Tensor, message: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+def num_scales(lengths: list[int], block_size: int | None = None) -> int:
+    return sum(full + (1 if rest else 0) for _, full, rest in _blocks(lengths, block_size))
+
+
+def decompress_into(
+    total: torch.Tensor, message: torch.Tensor, lengths: list[int], block_size: int | None = None
+) -> torch.Tensor:
     """Add the scaled signs one message stands for to ``total`` (float32, in place)."""
-    num_scales = len(lengths)
+    count = num_scales(lengths, block_size)
     # clone: a slice of the gathered buffer may not be 4-byte aligned for a float32 view
-    scales = message[: 4 * num_scales].clone().view(torch.float32)
-    positive = unpack_signs(message[4 * num_scales :], sum(lengths))
-    _add_scaled_signs(total, positive, scales, lengths)
+    scales = message[: 4 * count].clone().view(torch.float32)
+    positive = unpack_signs(message[4 * count :], sum(lengths))
+    _add_scaled_signs(total, positive, scales, lengths, block_size)
     return total
 
 
-def decompress(message: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+def decompress(
+    message: torch.Tensor, lengths: list[int], block_size: int | None = None
+) -> torch.Tensor:
     total = torch.zeros(sum(lengths), dtype=torch.float32, device=message.device)
-    return decompress_into(total, message, lengths)
+    return decompress_into(total, message, lengths, block_size)
 
 
 def onebit_hook(state: OneBitState, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -187,9 +220,10 @@ def onebit_hook(state: OneBitState, bucket: GradBucket) -> torch.futures.Future[
         state.end_bucket(bucket)
         return fut
     buffer = bucket.buffer()
-    lengths = split_blocks([g.numel() for g in bucket.gradients()], state.block_size)
+    lengths = [g.numel() for g in bucket.gradients()]
+    block = state.block_size
     x = state.with_residual(bucket)
-    message, residual = compress(x, lengths)
+    message, residual = compress(x, lengths, block)
     state.keep_residual(bucket, residual)
     world_size = state.world_size
     gathered = message.new_empty(world_size * message.numel())
@@ -201,7 +235,7 @@ def onebit_hook(state: OneBitState, bucket: GradBucket) -> torch.futures.Future[
         fut.wait()
         total = torch.zeros(buffer.numel(), dtype=torch.float32, device=buffer.device)
         for part in gathered.view(world_size, -1):
-            decompress_into(total, part, lengths)
+            decompress_into(total, part, lengths, block)
         buffer.copy_(total.div_(world_size))
         return buffer
 
