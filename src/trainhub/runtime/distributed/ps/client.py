@@ -205,6 +205,25 @@ def host_shards(
     return ShardServer(shards, secret, host)
 
 
+def _rendezvous_host() -> str:
+    """Where the process group met (``MASTER_ADDR``, else the host of its TCP store): the
+    interface that reaches it is one every rank of the trial can reach this rank on."""
+    address = os.environ.get("MASTER_ADDR")
+    if address:
+        return address
+    if dist.is_initialized():
+        try:
+            store: Any = dist.distributed_c10d._get_default_store()
+        except (RuntimeError, ValueError):
+            store = None
+        while store is not None and hasattr(store, "underlying_store"):
+            store = store.underlying_store
+        host = getattr(store, "host", None)
+        if isinstance(host, str) and host:
+            return host
+    return "127.0.0.1"
+
+
 def connect_parameter_server(
     model: nn.Module,
     config: ParameterServerConfig,
@@ -234,7 +253,7 @@ def connect_parameter_server(
         shared = [secret]
         dist.broadcast_object_list(shared, src=0)
         secret = shared[0]
-    host = reachable_host(os.environ.get("MASTER_ADDR", "127.0.0.1"))
+    host = reachable_host(_rendezvous_host())
     mine = [i for i in range(config.num_shards) if i % world_size == rank]
     server = host_shards(
         flat, bounds, mine, num_workers=world_size, config=config, secret=secret, host=host
