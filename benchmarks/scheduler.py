@@ -1,64 +1,81 @@
-"""Scheduling policies on the Philly trace, and the latency of one decision.
+"""Scheduling policies over a sweep of clusters, loads and traces; the latency of one decision.
 
-Prints one JSON line per policy (the full trace on a high-load cluster, all policies in the
-same run, ratios against FIFO) and one line for the decision-latency micro-benchmark (1,000
-nodes, 5,000 queued trials). Not part of the test run.
+The sweep: the Philly trace and the Alibaba openb trace, clusters of 16, 48 and 128 nodes x 8
+GPUs, windows of each trace at 0.7x, 1x and 1.5x of the cluster's capacity (see
+``trainhub.sim.sweep``), every policy per cell. One JSON line per policy per cell with the keys
+``cell, policy, avg_jct_vs_fifo, p99_jct_vs_fifo, fifo_queues, min_share, idle_while_fits,
+utilisation, preemptions_per_job, wall_s`` (ratios against FIFO on the same window, same run);
+then decision-latency lines (1,000 nodes, 5,000 waiting trials; ``service`` is the server's
+mode, measured while the sweep's simulations run beside it: the contention it creates).
+Not part of the test run.
 
-    .venv/bin/python benchmarks/scheduler.py                     # everything (minutes)
-    .venv/bin/python benchmarks/scheduler.py --limit 20000       # a prefix of the trace
+    .venv/bin/python benchmarks/scheduler.py --jobs 2           # the whole sweep (minutes)
+    .venv/bin/python benchmarks/scheduler.py --quick --jobs 2   # smaller windows, 16/48 nodes
+    .venv/bin/python benchmarks/scheduler.py --full-philly      # + the whole Philly trace
     .venv/bin/python benchmarks/scheduler.py --latency-only
-    .venv/bin/python benchmarks/scheduler.py --jobs 2            # policies in parallel
 
-Data: the Philly-derived trace of the Pollux artifact (CC-BY-4.0), ../shared/traces.
+Data: the Philly-derived trace of the Pollux artifact (CC-BY-4.0) and Alibaba's openb 2023
+pod list (cluster-trace-gpu-v2023), ../shared/traces.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.scheduling import (
+    POLICY_NAMES,
     QueuedTrial,
-    QueueIndex,
     RunningTrial,
-    Snapshot,
     TenantShare,
-    TrialQueue,
     create_policy,
     split_decisions,
 )
-from trainhub.core.scheduling.nodetable import NodeTable
-from trainhub.core.scheduling.runningtable import RunningTable
+from trainhub.core.scheduling.view import NodeFacts, SnapshotBuilder, TrialFacts
 from trainhub.core.spec import Priority
+from trainhub.core.states import TrialState
 from trainhub.sim.cluster import ClusterSpec
 from trainhub.sim.engine import SimConfig
-from trainhub.sim.runner import guarantees_from_demand, load_trace, ratios, simulate
+from trainhub.sim.runner import guarantees_from_demand, load_trace, simulate
+from trainhub.sim.sweep import cell_lines, cell_name, load_window
 
-POLICIES = ("fifo", "sjf", "las", "fair")
+# FIFO first: it is every other policy's baseline
+POLICIES = ("fifo", *(p for p in POLICY_NAMES if p != "fifo"))
+TRACES = {"philly": "philly", "openb": "openb-default"}
+# the shape of the cluster per trace: openb's common 8-GPU node (96 CPUs, 384 GB) makes its
+# pods' CPUs and memory count; Philly records GPUs only
+NODE_SHAPE = {"philly": (1e6, float("inf")), "openb": (96.0, 384.0)}
+NODES = (16, 48, 128)
+LOADS = (0.7, 1.0, 1.5)
 
 
-def run_policy(args: tuple[str, int | None, int, int, Path | None]) -> dict[str, object]:
-    policy, limit, nodes, gpus, traces = args
-    trace = load_trace("philly", traces, limit)
-    cluster = ClusterSpec.uniform(nodes, gpus)
-    tenants = guarantees_from_demand(trace.jobs, cluster.total_gpus)
-    started = time.perf_counter()
-    result = simulate(trace.jobs, cluster, policy, tenants=tenants, sim=SimConfig())
-    summary = result.summary()
-    summary["wall_s"] = time.perf_counter() - started
-    summary["sim_s"] = result.wall_s
-    summary["trace"] = f"philly[:{limit}]" if limit else "philly"
-    summary["cluster"] = cluster.describe()
-    summary["tenants"] = {t: s.guaranteed_slots for t, s in sorted(tenants.items())}
-    return summary
+def run_cell(
+    args: tuple[str, int, float | None, int, float, tuple[str, ...], Path | None],
+) -> list[dict[str, object]]:
+    """Every policy on one cell; its lines (``load`` None: the whole trace at its own pace)."""
+    trace, nodes, load, jobs_per_gpu, start_fraction, policies, traces_dir = args
+    cpus, memory = NODE_SHAPE[trace]
+    cluster = ClusterSpec.uniform(nodes, 8, cpus_per_node=cpus, memory_gb_per_node=memory)
+    jobs = load_trace(TRACES[trace], traces_dir).jobs
+    if load is not None:
+        jobs = load_window(
+            jobs, cluster.total_gpus, load, jobs_per_gpu * cluster.total_gpus, start_fraction
+        )
+    tenants = guarantees_from_demand(jobs, cluster.total_gpus)
+    summaries = []
+    for policy in policies:
+        result = simulate(jobs, cluster, policy, tenants=tenants, sim=SimConfig())
+        summaries.append(result.summary())
+    return cell_lines(cell_name(trace, nodes, 8, load), summaries)
 
 
 def _latency_cluster(rng: random.Random) -> tuple[list[Node], list[RunningTrial], list[str]]:
@@ -111,132 +128,141 @@ def _queued(rng: random.Random, trial_id: int, tenants: list[str]) -> QueuedTria
     )
 
 
-def latency(policy_name: str, mode: str, repeats: int, seed: int = 1) -> dict[str, object]:
-    """One decision over 1,000 nodes x 8 GPUs and 5,000 queued trials of 20 tenants.
-
-    Modes: ``cold``: plain tuples, so the policy indexes the whole queue, the nodes and the
-    running trials inside the decision (a control plane's first tick); ``service``: what the
-    control loop does on every later tick (``ControlLoop._schedule``): it reads the queue, the
-    running trials and the nodes afresh and syncs the indexes it keeps (:class:`QueueIndex`,
-    ``RunningTable.synced``, ``NodeTable.synced``) before deciding; since the last tick 1% of
-    the queue changed (25 trials left, 25 arrived) and 25 running trials ended and 25 others
-    started; the time counts the syncs; ``simulator``: the same indexed snapshot every time.
-    """
+def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, object]:
+    """The server's mode through the server's own path: every tick the control loop reads all
+    queued and active trials and the nodes afresh as facts and builds the snapshot with
+    :class:`SnapshotBuilder` (which reuses what did not change); since the last tick 1% of the
+    queue changed (25 left, 25 arrived) and 25 running trials were replaced. The time counts
+    the build and the decision."""
     rng = random.Random(seed)
     nodes, running, tenants = _latency_cluster(rng)
     queue = [_queued(rng, 100_000 + i, tenants) for i in range(5000)]
-    next_id = 200_000
     total = sum(n.total_gpus for n in nodes)
     shares = {t: TenantShare(guaranteed_slots=total // len(tenants)) for t in tenants}
     usage = {t: rng.uniform(0, 1e7) for t in tenants}
+    policy = create_policy(policy_name)
+    builder = SnapshotBuilder.for_policy(policy)
+    node_facts = [NodeFacts.of(n) for n in nodes]
+
+    def queued_facts(q: QueuedTrial) -> TrialFacts:
+        return TrialFacts(
+            trial_id=q.trial_id,
+            tenant=q.tenant,
+            state=TrialState.QUEUED,
+            request=q.request,
+            priority=q.priority,
+            queued_at=q.queued_at,
+            submitted_at=q.submitted_at,
+            attained_service=q.attained_service,
+        )
+
+    def running_facts(r: RunningTrial) -> TrialFacts:
+        return TrialFacts(
+            trial_id=r.trial_id,
+            tenant=r.tenant,
+            state=TrialState.RUNNING,
+            request=r.request,
+            placement=r.placement,
+            attempt_started_at=r.started_at,
+            attained_service=r.attained_service,
+            checkpoint_every_s=1800.0,
+        )
+
+    waiting = [queued_facts(q) for q in queue]
+    active = [running_facts(r) for r in running]
+    builder.build(100_000.0, [*waiting, *active], node_facts, shares, usage)
+    next_id = 300_000
     times: list[float] = []
     cpu: list[float] = []
-    reasons_cpu: list[float] = []
-    starts = preempts = 0
-    # one policy for all repeats, as a server keeps it: its caches stay warm between ticks
-    policy = create_policy(policy_name)
-    index = QueueIndex(policy.queue_order)
-    node_table, running_table = NodeTable(()), RunningTable()
-    if mode == "service":  # the ticks before
-        index.sync(queue)
-        node_table, running_table = node_table.synced(nodes), running_table.synced(running)
-    indexed = Snapshot(
-        now=100_000.0,
-        nodes=NodeTable(nodes),
-        queue=TrialQueue(queue, policy.queue_order),
-        running=RunningTable(running),
-        tenants=shares,
-        tenant_usage=usage,
-    )
     for _ in range(repeats):
-        if mode == "service":
-            # 1% churn: 25 trials started or were cancelled, 25 were submitted
-            for _ in range(25):
-                queue.pop(rng.randrange(len(queue)))
-                queue.append(_queued(rng, next_id, tenants))
-                next_id += 1
-                # a running trial ended and another took its GPUs
-                at = rng.randrange(len(running))
-                running[at] = replace(running[at], trial_id=next_id, tenant=rng.choice(tenants))
-                next_id += 1
-            nodes = [replace(n) for n in nodes]  # read afresh: equal copies
+        for _ in range(25):
+            waiting.pop(rng.randrange(len(waiting)))
+            waiting.append(queued_facts(_queued(rng, next_id, tenants)))
+            next_id += 1
+            at = rng.randrange(len(active))
+            active[at] = replace(active[at], trial_id=next_id, tenant=rng.choice(tenants))
+            next_id += 1
         t0, c0 = time.perf_counter(), time.process_time()
-        if mode == "simulator":
-            snap = indexed
-        elif mode == "service":
-            queue_seen = index.sync(queue)
-            node_table = node_table.synced(nodes)
-            running_table = running_table.synced(running)
-            snap = Snapshot(100_000.0, node_table, queue_seen, running_table, shares, usage)
-        else:
-            snap = Snapshot(100_000.0, tuple(nodes), tuple(queue), tuple(running), shares, usage)
-        decisions = policy.decide(snap)
-        split_decisions(decisions)  # what the scheduler carries out: starts and preemptions
+        snap = builder.build(100_000.0, [*waiting, *active], node_facts, shares, usage)
+        split_decisions(policy.decide(snap))
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-        c1 = time.process_time()
-        made = list(decisions)  # every pending reason too, as the service stores them
-        reasons_cpu.append(time.process_time() - c1)
-        starts = sum(1 for d in made if type(d).__name__ == "Start")
-        preempts = sum(1 for d in made if type(d).__name__ == "Preempt")
     times.sort()
-    first = cpu[0]
     cpu.sort()
+
+    def p99(values: list[float]) -> float:
+        return round(values[min(len(values) - 1, int(0.99 * len(values)))] * 1e3, 2)
+
     return {
+        "cell": "latency-1000x8-5000queued",
         "benchmark": "decision_latency",
         "policy": policy_name,
-        "mode": mode,
-        "nodes": len(nodes),
-        "gpus": total,
-        "free_gpus": sum(n.free_gpus for n in nodes),
-        "running": len(running),
-        "queued": len(queue),
-        "starts": starts,
-        "preempts": preempts,
+        "mode": "service",
         "repeats": repeats,
-        "first_cpu_ms": round(first * 1e3, 2),
         "median_ms": round(statistics.median(times) * 1e3, 2),
+        "p99_ms": p99(times),
         "max_ms": round(times[-1] * 1e3, 2),
-        # CPU time of this process: what the decision costs when the machine is shared
+        # CPU time of this process: the decision's own cost, whatever else shares the machine
         "median_cpu_ms": round(statistics.median(cpu) * 1e3, 2),
-        "max_cpu_ms": round(max(cpu) * 1e3, 2),
-        # reading all 5,000 pending decisions with their reasons afterwards
-        "pending_reasons_cpu_ms": round(statistics.median(reasons_cpu) * 1e3, 2),
-        "target_ms": 10.0,
+        "p99_cpu_ms": p99(cpu),
+        "load_average_1m": round(os.getloadavg()[0], 1),
+        "target_median_ms": 10.0,
+        "target_p99_ms": 50.0,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--limit", type=int, default=None, help="first N jobs of the trace")
-    parser.add_argument("--nodes", type=int, default=64)
-    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="smaller windows, 16 and 48 nodes")
+    parser.add_argument("--trace", action="append", choices=tuple(TRACES))
+    parser.add_argument("--nodes", action="append", type=int)
+    parser.add_argument("--load", action="append", type=float)
     parser.add_argument("--policy", action="append", choices=POLICIES)
-    parser.add_argument("--jobs", type=int, default=1, help="policies simulated in parallel")
+    parser.add_argument("--jobs-per-gpu", type=int, default=None, help="window size per GPU")
+    parser.add_argument("--start-fraction", type=float, default=0.4)
+    parser.add_argument(
+        "--full-philly", action="store_true", help="also the whole Philly trace on 64x8"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="cells simulated in parallel")
     parser.add_argument("--traces-dir", type=Path, default=None)
     parser.add_argument("--latency-only", action="store_true")
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--no-latency", action="store_true")
+    parser.add_argument("--repeats", type=int, default=200)
     args = parser.parse_args(argv)
 
+    policies = tuple(args.policy or POLICIES)
+    if "fifo" not in policies:
+        policies = ("fifo", *policies)
+    cells: list[tuple[str, int, float | None, int, float, tuple[str, ...], Path | None]] = []
     if not args.latency_only:
-        policies = args.policy or list(POLICIES)
-        if "fifo" not in policies:
-            policies = ["fifo", *policies]
-        work = [(p, args.limit, args.nodes, args.gpus_per_node, args.traces_dir) for p in policies]
-        if args.jobs > 1:
-            with ProcessPoolExecutor(args.jobs) as pool:
-                summaries = list(pool.map(run_policy, work))
-        else:
-            summaries = [run_policy(w) for w in work]
-        fifo = next(s for s in summaries if s["policy"] == "fifo")
-        for summary in summaries:
-            line = dict(summary)
-            ratios_ = ratios(summary, fifo) if summary is not fifo else {}
-            line.update(ratios_)
+        per_gpu = args.jobs_per_gpu or (4 if args.quick else 8)
+        sizes = args.nodes or ((16, 48) if args.quick else NODES)
+        for trace in args.trace or tuple(TRACES):
+            for nodes in sizes:
+                for load in args.load or LOADS:
+                    cells.append(
+                        (
+                            trace,
+                            nodes,
+                            load,
+                            per_gpu,
+                            args.start_fraction,
+                            policies,
+                            args.traces_dir,
+                        )
+                    )
+        if args.full_philly:
+            cells.append(("philly", 64, None, 0, 0.0, ("fifo", "fair"), args.traces_dir))
+    pool = ProcessPoolExecutor(max(1, args.jobs))
+    futures: list[Future[list[dict[str, object]]]] = [pool.submit(run_cell, c) for c in cells]
+    if not args.no_latency:
+        # measured while the cells run: the contention the sweep creates
+        for policy in ("fair", "fifo", "sjf", "las"):
+            print(json.dumps(service_latency(policy, args.repeats)), flush=True)
+    for future in futures:
+        for line in future.result():
             print(json.dumps(line), flush=True)
-    for policy in ("fair", "fifo", "las"):
-        for mode in ("cold", "service", "simulator"):
-            print(json.dumps(latency(policy, mode, args.repeats)), flush=True)
+    pool.shutdown()
     return 0
 
 

@@ -107,13 +107,13 @@ def main() -> int:
         )
         return 0 if ok else 1
     finally:
-        say("stopping the control plane and the local Ray head it started")
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
+        say("stopping the control plane and the local Ray head it started (trainhub server stop)")
+        subprocess.run(
+            [str(BIN / "trainhub"), "server", "stop", "--home", str(HOME)], check=False, timeout=120
+        )
+        if server.poll() is None:  # not yet written its pid file, or stuck
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait(30)
         stop_local_ray(HOME / "ray")
 
 

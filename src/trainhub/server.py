@@ -6,6 +6,7 @@ the environment.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -47,6 +48,8 @@ class Settings:
     preemption_cooldown_s: float = 1800.0
     ray_num_cpus: int | None = None
     ray_num_gpus: int | None = None
+    sandbox: str = "auto"  # auto | bwrap | none: how rank processes are isolated (sandbox.py)
+    data_dir: Path | None = None  # datasets every trial may read (TRAINHUB_DATA_DIR, read-only)
 
     @property
     def database_url(self) -> str:
@@ -113,22 +116,59 @@ class ControlPlane:
     loop_thread: LoopThread
     bootstrap_token: IssuedToken | None
     ray_address: str
+    sandbox: str = "none"  # the resolved mode: bwrap | none
+    warnings: tuple[str, ...] = ()  # what an admin must know (shown by `trainhub cluster`)
+
+
+def make_private(settings: Settings) -> None:
+    """The home, the storage root and a SQLite file: readable by the server's user only."""
+    from sqlalchemy.engine import make_url
+
+    for folder in (settings.home, settings.storage_root):
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
+    url = make_url(settings.database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        path = Path(url.database)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # created now with 0600 so that SQLite's WAL and shared-memory files copy the mode
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(f"{path}{suffix}", 0o600)
 
 
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
     from trainhub.adapters.ray_executor import RayExecutor, ensure_local_ray
+    from trainhub.adapters.sandbox import resolve_mode
     from trainhub.adapters.storage import LocalArtifactStore
 
-    settings.home.mkdir(parents=True, exist_ok=True)
+    make_private(settings)
+    warnings: list[str] = []
+    sandbox, why_not = resolve_mode(settings.sandbox)
+    if why_not:
+        log.warning("%s", why_not)
+        warnings.append(why_not)
     engine = make_engine(settings.database_url)
     migrate(engine)
     uow = SqlUnitOfWork(engine)
     store = LocalArtifactStore(settings.storage_root)
     address = settings.ray_address or ensure_local_ray(
-        settings.home / "ray", num_cpus=settings.ray_num_cpus, num_gpus=settings.ray_num_gpus
+        settings.home / "ray",
+        num_cpus=settings.ray_num_cpus,
+        num_gpus=settings.ray_num_gpus,
     )
-    executor = RayExecutor(address)
+    denied = [settings.home, settings.storage_root]
+    if settings.database_url.startswith("sqlite"):
+        denied.append(Path(settings.database_url.split("///", 1)[-1]).parent)
+    executor = RayExecutor(
+        address,
+        sandbox=sandbox.value,
+        checkpoint_root=str(settings.storage_root),
+        data_dir=str(settings.data_dir) if settings.data_dir else None,
+        denied=tuple(str(p) for p in denied),
+    )
     clock = system_clock
     config = LoopConfig(settings.api_url, usage_half_life_s=settings.usage_half_life_s)
     loop = ControlLoop(uow, executor, store, make_policy(settings), config, clock)
@@ -137,14 +177,20 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     services = Services(
         uow=uow,
         clock=clock,
-        experiments=ExperimentService(uow, store, clock, wake_scheduler=loop_thread.wake),
+        experiments=ExperimentService(
+            uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
+        ),
         tracking=TrackingService(uow, store, clock),
         admin=admin,
         usage=UsageService(uow, clock),
         cluster_nodes=executor.cluster_nodes,
+        sandbox=sandbox.value,
+        warnings=tuple(warnings),
     )
     bootstrap = admin.bootstrap()
-    return ControlPlane(settings, services, loop, loop_thread, bootstrap, address)
+    return ControlPlane(
+        settings, services, loop, loop_thread, bootstrap, address, sandbox.value, tuple(warnings)
+    )
 
 
 def save_admin_token(home: Path, secret: str) -> Path:
@@ -177,12 +223,62 @@ def serve(settings: Settings) -> None:
     database = make_url(settings.database_url).render_as_string(hide_password=True)
     print(
         f"trainhub control plane on {settings.api_url} (database {database}, "
-        f"artifacts {settings.storage_root}, Ray {plane.ray_address})",
+        f"artifacts {settings.storage_root}, Ray {plane.ray_address}, sandbox {plane.sandbox})",
         flush=True,
     )
+    for warning in plane.warnings:
+        print(f"WARNING: {warning}", flush=True)
+    write_pid_file(settings.home)
     plane.loop_thread.start()
     app = create_app(plane.services)
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
     finally:
         plane.loop_thread.stop()
+        with contextlib.suppress(OSError):
+            if read_pid_file(settings.home) == os.getpid():
+                (settings.home / PID_FILE).unlink()
+
+
+PID_FILE = "server.pid"
+
+
+def write_pid_file(home: Path) -> None:
+    (home / PID_FILE).write_text(f"{os.getpid()}\n")
+
+
+def read_pid_file(home: Path) -> int | None:
+    try:
+        return int((home / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def stop_server(home: Path, timeout_s: float = 30.0) -> list[str]:
+    """End what ``trainhub server`` started for ``home``: the server, its local Ray head and
+    with it the trials that still run there. Returns what was stopped, in words."""
+    import psutil
+
+    from trainhub.adapters.ray_executor import stop_local_ray
+    from trainhub.adapters.ray_executor.local_cluster import read_record
+
+    stopped = []
+    pid = read_pid_file(home)
+    if pid is not None and pid != os.getpid():
+        try:
+            proc = psutil.Process(pid)
+            if "trainhub" in " ".join(proc.cmdline()) or "serve(" in " ".join(proc.cmdline()):
+                proc.terminate()
+                try:
+                    proc.wait(timeout_s)
+                except psutil.TimeoutExpired:
+                    proc.kill()
+                stopped.append(f"server (pid {pid})")
+        except psutil.Error:
+            pass
+        (home / PID_FILE).unlink(missing_ok=True)
+    record = read_record(home / "ray")
+    if record is not None:
+        stop_local_ray(home / "ray")
+        stopped.append(f"local Ray head at {record.address} and its trials")
+    return stopped

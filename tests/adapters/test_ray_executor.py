@@ -119,7 +119,8 @@ def test_two_ranks_exit_zero_with_torchrun_env_and_logs(ray_executor: RayExecuto
         assert report["USER_VAR"] == "hello"
         assert report["PYTHONUNBUFFERED"] == "1"
         assert report["helper"] == "unpacked"
-        assert Path(report["executable"]).parent == Path(sys.executable).parent
+        # the interpreter of the node (a worktree's .venv may be a link to it)
+        assert Path(report["executable"]).parent.resolve() == Path(sys.executable).parent.resolve()
         assert Path(report["TRAINHUB_SPOOL_DIR"]).is_dir()
         assert "to stderr" in watch.text(rank)
     assert reports[0]["MASTER_ADDR"] == reports[1]["MASTER_ADDR"]

@@ -32,11 +32,11 @@ def scenario() -> None:
 
     from tests.fixtures.ray_cluster import Watch, make_context, new_attempt_key
     from trainhub.adapters.ray_executor import RayExecutor
-    from trainhub.adapters.ray_executor.local_cluster import _ensure_auth_token
+    from trainhub.adapters.ray_executor.local_cluster import ensure_auth_token
     from trainhub.core.spec import Placement
     from trainhub.service.ports import AttemptLaunch, AttemptPhase
 
-    _ensure_auth_token()  # RAY_AUTH_MODE=token is set by the parent: Ray reads it at import
+    ensure_auth_token()  # RAY_AUTH_MODE=token is set by the parent: Ray reads it at import
     # Cluster() advertises itself in /tmp/ray/ray_current_cluster, where a plain ray.init() of
     # anyone else on this machine would find it: keep it to ourselves
     ray._private.utils.write_ray_address = lambda *args, **kwargs: None

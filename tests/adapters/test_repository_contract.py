@@ -9,6 +9,8 @@ import pytest
 from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
 from trainhub.core.errors import Conflict, IllegalTransition
 from trainhub.core.states import ExperimentState, TrialState
+from trainhub.service.records import AttemptUpdate, TenantUpdate, TrialUpdate
+from trainhub.service.trial_writes import write_trial
 
 
 @pytest.fixture
@@ -57,15 +59,25 @@ def test_a_failed_unit_of_work_rolls_back(uow: SqlUnitOfWork) -> None:
 def test_trial_state_changes_are_checked(uow: SqlUnitOfWork) -> None:
     experiment_id, trial_id = seed(uow)
     with uow() as repo, pytest.raises(IllegalTransition):
-        repo.set_trial_state(trial_id, TrialState.RUNNING)
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.RUNNING))
     with uow() as repo:
-        repo.set_trial_state(trial_id, TrialState.SCHEDULED, num_attempts=1)
-        trial = repo.set_trial_state(trial_id, TrialState.RUNNING, started_at=5.0)
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.SCHEDULED, num_attempts=1))
+        trial = write_trial(repo, trial_id, TrialUpdate(state=TrialState.RUNNING, started_at=5.0))
         assert trial.state == TrialState.RUNNING
         assert trial.started_at == 5.0
+        assert trial.num_attempts == 1
         assert [t.id for t in repo.trials_in_states([TrialState.RUNNING])] == [trial_id]
-        with pytest.raises(ValueError, match="set_trial_state"):
-            repo.update_trial(trial_id, state="QUEUED")
+        # compare and set: a write that expects a state the row has left is refused
+        with pytest.raises(Conflict, match="not SCHEDULED"):
+            repo.update_trial(
+                trial_id,
+                TrialUpdate(state=TrialState.QUEUED),
+                expected_state=TrialState.SCHEDULED,
+            )
+        # KEEP leaves a column alone; None writes NULL
+        trial = repo.update_trial(trial_id, TrialUpdate(pending_reason=None, message="m"))
+        assert (trial.state, trial.started_at, trial.message) == (TrialState.RUNNING, 5.0, "m")
+        assert TrialUpdate(message=None).changes() == {"message": None}
         repo.set_experiment_state(experiment_id, ExperimentState.COMPLETED, 9.0)
         rows, count = repo.list_experiments(["vision"], ExperimentState.COMPLETED)
         assert count == 1
@@ -78,7 +90,9 @@ def test_attempts(uow: SqlUnitOfWork) -> None:
     with uow() as repo:
         first = repo.add_attempt(trial_id, 1, "t1-a1", ["n1", "n2"], None, None, 3.0)
         assert repo.open_attempt(trial_id) == first
-        repo.update_attempt(first.id, outcome="FAILED", exit_codes=(1, None), ended_at=4.0)
+        repo.update_attempt(
+            first.id, AttemptUpdate(outcome="FAILED", exit_codes=(1, None), ended_at=4.0)
+        )
         assert repo.open_attempt(trial_id) is None
         repo.add_attempt(trial_id, 2, "t1-a2", ["n1"], 7, None, 5.0)
         attempts = repo.list_attempts(trial_id)
@@ -126,3 +140,44 @@ def test_tokens_and_events(uow: SqlUnitOfWork) -> None:
         for i in range(3):
             repo.add_event(trial_id, "k", f"m{i}", float(i))
         assert [e.message for e in repo.list_events(trial_id, limit=2)] == ["m1", "m2"]
+
+
+def test_tenant_updates_are_typed(uow: SqlUnitOfWork) -> None:
+    seed(uow)
+    with uow() as repo:
+        tenant = repo.update_tenant("vision", TenantUpdate(guaranteed_slots=4, limit_slots=8))
+        assert (tenant.guaranteed_slots, tenant.limit_slots, tenant.weight) == (4, 8, 1.0)
+        tenant = repo.update_tenant("vision", TenantUpdate(limit_slots=None))
+        assert (tenant.guaranteed_slots, tenant.limit_slots) == (4, None)
+    with pytest.raises(TypeError):
+        TenantUpdate(guaranteed=4)  # type: ignore[call-arg]
+
+
+def test_scheduler_facts(uow: SqlUnitOfWork) -> None:
+    """Checkpoint times, owners and run times of completed trials: what the scheduler reads."""
+    experiment_id, trial_id = seed(uow)
+    with uow() as repo:
+        other = repo.add_trial(experiment_id, {}, "normal", 2.0).id
+        # attempt 1 checkpoints every 10 s; attempt 2 made one so far (deleted ones count)
+        for uuid, attempt, at in (("c1", 1, 10.0), ("c2", 1, 20.0), ("c3", 1, 30.0)):
+            repo.add_checkpoint(trial_id, uuid, int(at), attempt, {}, uuid, 1, at)
+        latest = repo.add_checkpoint(trial_id, "c4", 40, 2, {}, "c4", 1, 45.0)
+        repo.mark_checkpoint_deleted(latest.id)
+        times = repo.checkpoint_times([trial_id, other])
+        assert list(times) == [trial_id]
+        assert (times[trial_id].attempt, times[trial_id].last_at) == (2, 45.0)
+        assert times[trial_id].interval_s == pytest.approx(10.0)
+        owners = repo.trial_owners([trial_id, other, 10_000])
+        assert {o.trial_id: (o.user, o.project) for o in owners.values()} == {
+            trial_id: ("alice", "p"),
+            other: ("alice", "p"),
+        }
+        for tid, run_time in ((trial_id, 100.0), (other, 300.0)):
+            write_trial(repo, tid, TrialUpdate(state=TrialState.SCHEDULED))
+            write_trial(repo, tid, TrialUpdate(state=TrialState.COMPLETED, run_time_s=run_time))
+        runs = repo.finished_runs()
+        assert sorted((r.user, r.project, r.run_time_s) for r in runs) == [
+            ("alice", "p", 100.0),
+            ("alice", "p", 300.0),
+        ]
+        assert len(repo.finished_runs(limit=1)) == 1

@@ -7,6 +7,8 @@ import pytest
 from tests.api.test_auth import submit
 from tests.fixtures.api import Api
 from trainhub.core.states import TrialState
+from trainhub.service.records import AttemptUpdate, TrialUpdate
+from trainhub.service.trial_writes import write_trial
 
 
 def test_queue_lists_visible_trials_in_order_with_reasons(api: Api) -> None:
@@ -16,8 +18,12 @@ def test_queue_lists_visible_trials_in_order_with_reasons(api: Api) -> None:
     second = submit(api, alice).json()["trials"][0]["id"]
     submit(api, bob)
     with api.services.uow() as repo:
-        repo.update_trial(first, queue_position=2, pending_reason="waiting behind trial 9")
-        repo.update_trial(second, queue_position=1, pending_reason="waiting for resources")
+        repo.update_trial(
+            first, TrialUpdate(queue_position=2, pending_reason="waiting behind trial 9")
+        )
+        repo.update_trial(
+            second, TrialUpdate(queue_position=1, pending_reason="waiting for resources")
+        )
     r = api.client.get("/api/v1/queue", headers=api.headers(alice))
     assert r.status_code == 200
     data = r.json()["data"]
@@ -73,9 +79,9 @@ def test_usage_counts_slot_hours_of_attempts(api: Api) -> None:
     trial_id = submit(api, alice).json()["trials"][0]["id"]
     now = api.services.clock()
     with api.services.uow() as repo:
-        repo.set_trial_state(trial_id, TrialState.SCHEDULED)
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.SCHEDULED))
         attempt = repo.add_attempt(trial_id, 1, "t-a1", ["n"], None, None, now - 7200, num_slots=2)
-        repo.update_attempt(attempt.id, ended_at=now - 3600, outcome="SUCCEEDED")
+        repo.update_attempt(attempt.id, AttemptUpdate(ended_at=now - 3600, outcome="SUCCEEDED"))
     r = api.client.get(
         "/api/v1/usage", params={"since": now - 4 * 3600}, headers=api.headers(alice)
     )

@@ -8,6 +8,8 @@ from typing import Any
 from tests.cli.conftest import LiveServer
 from tests.fixtures.api import make_context
 from trainhub.core.states import TrialState
+from trainhub.service.records import AttemptUpdate, TrialUpdate
+from trainhub.service.trial_writes import write_trial
 
 SPEC = "name: demo\nentrypoint: python train.py\nhyperparameters: {lr: 0.01}\n"
 TIMING = {
@@ -39,17 +41,18 @@ def start(
     """QUEUED -> SCHEDULED -> RUNNING with attempt 1; returns the attempt's row id."""
     now = time.time()
     with live.api.services.uow() as repo:
-        repo.set_trial_state(trial_id, TrialState.SCHEDULED, started_at=now)
-        repo.set_trial_state(trial_id, TrialState.RUNNING, pending_reason=None)
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.SCHEDULED, started_at=now))
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.RUNNING, pending_reason=None))
         attempt = repo.add_attempt(trial_id, 1, f"attempt-{trial_id}-1", placement, None, None, now)
-        repo.update_attempt(attempt.id, started_at=now)
-        repo.update_trial(trial_id, num_attempts=1)
+        repo.update_attempt(attempt.id, AttemptUpdate(started_at=now))
+        repo.update_trial(trial_id, TrialUpdate(num_attempts=1))
         return attempt.id
 
 
 def report(live: LiveServer, trial_id: int, **fields: Any) -> None:
+    """Columns a running trial reports (a misspelt one is a TypeError of TrialUpdate)."""
     with live.api.services.uow() as repo:
-        repo.update_trial(trial_id, **fields)
+        repo.update_trial(trial_id, TrialUpdate(**fields))
 
 
 def finish(
@@ -60,13 +63,15 @@ def finish(
     message: str | None = None,
 ) -> None:
     now = time.time()
-    outcome, codes = ("SUCCEEDED", [0, 0]) if state == TrialState.COMPLETED else ("FAILED", [0, 3])
+    outcome, codes = ("SUCCEEDED", (0, 0)) if state == TrialState.COMPLETED else ("FAILED", (0, 3))
     with live.api.services.uow() as repo:
         repo.update_attempt(
             attempt_id,
-            outcome=outcome,
-            exit_codes=codes,
-            ended_at=now,
-            detail=None if outcome == "SUCCEEDED" else "rank 1 exited with 3",
+            AttemptUpdate(
+                outcome=outcome,
+                exit_codes=codes,
+                ended_at=now,
+                detail=None if outcome == "SUCCEEDED" else "rank 1 exited with 3",
+            ),
         )
-        repo.set_trial_state(trial_id, state, ended_at=now, message=message)
+        write_trial(repo, trial_id, TrialUpdate(state=state, ended_at=now, message=message))

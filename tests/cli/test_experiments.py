@@ -8,6 +8,8 @@ from tests.cli.conftest import Cli, LiveServer
 from tests.cli.helpers import TIMING, finish, report, start, submit
 from trainhub.core.resources import Node
 from trainhub.service.keys import log_key
+from trainhub.service.records import AttemptUpdate, TrialUpdate
+from trainhub.service.trial_writes import write_trial
 
 
 def test_ls_lists_experiments_newest_first_and_filters_by_state(cli: Cli, live: LiveServer) -> None:
@@ -163,14 +165,17 @@ def test_logs_follow_moves_on_to_the_next_attempt(cli: Cli, live: LiveServer) ->
     live.api.store.write_at(log_key("default", trial_id, 1, 0), 0, b"first attempt\n")
     now = time.time()
     with live.api.services.uow() as repo:
-        repo.update_attempt(first, outcome="LOST", ended_at=now)
-        repo.set_trial_state(trial_id, TrialState.QUEUED)
-        repo.set_trial_state(trial_id, TrialState.SCHEDULED)
-        repo.set_trial_state(trial_id, TrialState.RUNNING)
+        repo.update_attempt(first, AttemptUpdate(outcome="LOST", ended_at=now))
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.QUEUED))
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.SCHEDULED))
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.RUNNING))
         second = repo.add_attempt(trial_id, 2, "a2", ["node-b"], None, None, now)
-        repo.update_attempt(second.id, outcome="SUCCEEDED", exit_codes=[0], ended_at=now)
-        repo.set_trial_state(trial_id, TrialState.COMPLETED, ended_at=now)
-        repo.update_trial(trial_id, num_attempts=2)
+        repo.update_attempt(
+            second.id, AttemptUpdate(outcome="SUCCEEDED", exit_codes=(0,), ended_at=now)
+        )
+        write_trial(
+            repo, trial_id, TrialUpdate(state=TrialState.COMPLETED, ended_at=now, num_attempts=2)
+        )
     live.api.store.write_at(log_key("default", trial_id, 2, 0), 0, b"second attempt\n")
     result = cli("logs", str(trial_id), "-f", "--attempt", "1", "--poll-interval-s", "0.01")
     assert result.stdout == "first attempt\n"

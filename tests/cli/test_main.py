@@ -96,3 +96,13 @@ def test_server_reports_a_database_it_cannot_open(
     assert result.exit_code == 1
     assert "cannot open the database postgresql://nobody:***@127.0.0.1:1/x" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_server_help_names_the_default_policy_of_the_code() -> None:
+    from trainhub.cli.main import DEFAULT_POLICY as CLI_DEFAULT
+    from trainhub.core.scheduling.factory import DEFAULT_POLICY
+    from trainhub.server import Settings
+
+    assert CLI_DEFAULT == DEFAULT_POLICY == Settings().policy
+    result = CliRunner().invoke(app, ["server", "--help"], env={"COLUMNS": "200"})
+    assert f"default: {DEFAULT_POLICY}." in " ".join(result.output.split())

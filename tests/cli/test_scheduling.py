@@ -16,6 +16,8 @@ from tests.cli.helpers import report, submit
 from tests.fixtures.api import make_context
 from trainhub.cli.main import app
 from trainhub.core.states import TrialState
+from trainhub.service.records import AttemptUpdate, TrialUpdate
+from trainhub.service.trial_writes import write_trial
 
 HOUR = 3600.0
 
@@ -42,7 +44,9 @@ def ran(live: LiveServer, trial_id: int, start: float, end: float, slots: int) -
         attempt = repo.add_attempt(
             trial_id, 1, f"attempt-{trial_id}-1", ("node-a",), None, None, start, num_slots=slots
         )
-        repo.update_attempt(attempt.id, started_at=start, ended_at=end, outcome="SUCCEEDED")
+        repo.update_attempt(
+            attempt.id, AttemptUpdate(started_at=start, ended_at=end, outcome="SUCCEEDED")
+        )
 
 
 def test_queue_lists_trials_in_order_with_reasons(cli: Cli, live: LiveServer) -> None:
@@ -91,7 +95,7 @@ def test_priority_changes_and_is_shown_in_the_queue(cli: Cli, live: LiveServer) 
     assert missing.exit_code == 1
     assert "trial 9999 does not exist" in missing.stderr
     with live.api.services.uow() as repo:
-        repo.set_trial_state(trial_id, TrialState.CANCELED, ended_at=time.time())
+        write_trial(repo, trial_id, TrialUpdate(state=TrialState.CANCELED, ended_at=time.time()))
     ended = cli("priority", str(trial_id), "low")
     assert ended.exit_code == 1
     assert "already ended" in ended.stderr

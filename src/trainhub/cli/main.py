@@ -26,6 +26,17 @@ class Policy(StrEnum):
     LAS = "las"
 
 
+# trainhub.core.scheduling.factory.DEFAULT_POLICY (not imported: the CLI starts fast; a test
+# keeps the two equal)
+DEFAULT_POLICY = "fair"
+
+
+class Sandbox(StrEnum):
+    AUTO = "auto"
+    BWRAP = "bwrap"
+    NONE = "none"
+
+
 app = typer.Typer(
     name="trainhub",
     help="Deep-learning training as a service. Talks to TRAINHUB_URL with TRAINHUB_TOKEN, "
@@ -53,8 +64,16 @@ app.add_typer(admin.tokens_app, name="tokens", rich_help_panel="Administration")
 app.command(rich_help_panel="Administration")(admin.cluster)
 
 
-@app.command(rich_help_panel="Control plane")
+server_app = typer.Typer(
+    help="Run the control plane (API and scheduler); `trainhub server stop` ends it.",
+    no_args_is_help=False,
+)
+app.add_typer(server_app, name="server", rich_help_panel="Control plane")
+
+
+@server_app.callback(invoke_without_command=True)
 def server(
+    ctx: typer.Context,
     db: Annotated[
         str | None,
         typer.Option(
@@ -105,7 +124,7 @@ def server(
             envvar="TRAINHUB_POLICY",
             case_sensitive=False,
             help="Scheduling policy: fair share with guarantees and preemption, first in first "
-            "out, shortest job first, or least attained service; default: fifo.",
+            f"out, shortest job first, or least attained service; default: {DEFAULT_POLICY}.",
         ),
     ] = None,
     min_run_time_s: Annotated[
@@ -133,12 +152,32 @@ def server(
             help="Half-life of the past usage fair share orders tenants by; default: 86400.",
         ),
     ] = None,
+    sandbox: Annotated[
+        Sandbox,
+        typer.Option(
+            envvar="TRAINHUB_SANDBOX",
+            case_sensitive=False,
+            help="How trial processes are isolated: bwrap (bubblewrap: own PIDs, a private "
+            "filesystem view), none (plain processes: trusted tenants only), or auto (bwrap "
+            "where it works here, else none with a warning in the log and `trainhub cluster`).",
+        ),
+    ] = Sandbox.AUTO,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="TRAINHUB_DATA_DIR",
+            help="Datasets every trial may read (read-only; TRAINHUB_DATA_DIR in trials).",
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane (API and scheduler) until interrupted.
 
     On its first start it creates the user 'admin' and prints an admin token (also saved to
-    HOME/admin-token).
+    HOME/admin-token). Stopping it (Ctrl-C) leaves running trials and the local Ray head
+    alive, and a new start takes them over; `trainhub server stop` ends all of it.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from trainhub.cli.session import fail
     from trainhub.server import Settings, serve
 
@@ -152,6 +191,8 @@ def server(
         ray_num_cpus=num_cpus,
         ray_num_gpus=num_gpus,
         tick_interval_s=tick_interval_s,
+        sandbox=sandbox.value,
+        data_dir=data_dir.expanduser().resolve() if data_dir else None,
     )
     if home is not None:
         settings = dataclasses.replace(settings, home=home.expanduser().resolve())
@@ -175,6 +216,21 @@ def server(
         ) from None
     except KeyboardInterrupt:
         pass
+
+
+@server_app.command("stop")
+def server_stop(
+    home: Annotated[
+        Path | None,
+        typer.Option(envvar="TRAINHUB_HOME", help="State directory; default: ~/.trainhub."),
+    ] = None,
+) -> None:
+    """End what `trainhub server` started for HOME: the server, its local Ray head and the
+    trials still running on it (their processes are killed)."""
+    from trainhub.server import default_home, stop_server
+
+    stopped = stop_server(home.expanduser().resolve() if home else default_home())
+    typer.echo("stopped: " + "; ".join(stopped) if stopped else "nothing was running")
 
 
 def _redact(url: str) -> str:

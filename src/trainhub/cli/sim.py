@@ -8,18 +8,27 @@ Examples::
     trainhub sim --trace philly --nodes 64 --gpus-per-node 8 --policy fair --policy fifo
     trainhub sim --trace tiresias-60 --policy las --json
     trainhub sim --trace philly --limit 5000 --policy fair --policy sjf --policy las
+    trainhub sim --trace openb-default --nodes 48 --load 1.5 -p fair -p fifo --json
+    trainhub sim --replay ~/.trainhub/trainhub.db --nodes 6 -p fair -p fifo --guarantee vision=8
 """
 
 from __future__ import annotations
 
 import json
 import math
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from trainhub.core.errors import TrainhubError
+from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
+
+# the choices of --policy, generated from the one list of policies
+PolicyChoice = StrEnum("PolicyChoice", {name.upper(): name for name in POLICY_NAMES})  # type: ignore[misc]
 
 app = typer.Typer(
     help="Replay a job trace on a simulated cluster under scheduling policies.",
@@ -49,8 +58,14 @@ def sim(
         ),
     ] = "philly",
     policy: Annotated[
-        list[str] | None,
-        typer.Option("--policy", "-p", help="fair, fifo, sjf or las; repeat to compare"),
+        list[PolicyChoice] | None,
+        typer.Option(
+            "--policy",
+            "-p",
+            case_sensitive=False,
+            help=policy_help(default=None).removesuffix(".")
+            + f"; repeat to compare (default: {DEFAULT_POLICY} and fifo)",
+        ),
     ] = None,
     nodes: Annotated[
         int | None,
@@ -74,17 +89,48 @@ def sim(
     known_durations: Annotated[
         bool, typer.Option(help="Show every policy the true durations (SJF always sees them)")
     ] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="One JSON line per policy")] = False,
+    load: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            help="Run a window of the trace with its arrivals rescaled to offer this multiple "
+            "of the cluster's capacity (0.7, 1.0, 1.5 in the benchmark); default: the trace "
+            "at its own pace",
+        ),
+    ] = None,
+    window_jobs_per_gpu: Annotated[
+        int, typer.Option(min=1, help="With --load: jobs in the window per GPU of the cluster")
+    ] = 8,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON line per policy with the benchmark's keys (ratios against FIFO, "
+            "which runs too if not asked for)",
+        ),
+    ] = False,
+    replay: Annotated[
+        str | None,
+        typer.Option(
+            help="Replay a server's database (SQLite path or URL, PostgreSQL URL) instead of "
+            "a trace, next to what really happened",
+        ),
+    ] = None,
+    guarantee: Annotated[
+        list[str] | None,
+        typer.Option(help="With --replay: TENANT=SLOTS, a guarantee to try; repeatable"),
+    ] = None,
 ) -> None:
     """Simulate POLICY (default: fair and fifo) on TRACE and report completion times,
     queueing, utilisation, preemptions and fairness against each tenant's guarantee."""
     from trainhub.sim.cluster import ClusterSpec
     from trainhub.sim.engine import SimConfig
-    from trainhub.sim.runner import compare, load_trace, ratios
+    from trainhub.sim.runner import compare, load_trace
+    from trainhub.sim.sweep import cell_lines, cell_name, load_window
 
     console = Console()
     try:
-        loaded = load_trace(trace, traces_dir, limit)
+        loaded = load_trace(trace, traces_dir, limit) if replay is None else None
         config = SimConfig(
             checkpoint_interval_s=checkpoint_interval_s,
             checkpoint_time_s=checkpoint_time_s,
@@ -95,24 +141,44 @@ def sim(
     except (OSError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    if nodes is not None or loaded.cluster is None:
+    if nodes is not None or loaded is None or loaded.cluster is None:
         cluster = ClusterSpec.uniform(nodes or 64, gpus_per_node)
     else:
         cluster = loaded.cluster
-    names = policy or ["fair", "fifo"]
+    names = [p.value for p in policy] if policy else [DEFAULT_POLICY, "fifo"]
+    runs = names if not json_output or "fifo" in names else [*names, "fifo"]
     try:
-        results = compare(loaded.jobs, cluster, names, sim=config)
+        if replay is not None:
+            from trainhub.cli.replay import replay_database
+            from trainhub.sim.runner import Trace
+
+            report = replay_database(replay, cluster, runs, guarantees=guarantee or (), sim=config)
+            loaded = Trace("replay", report.history.jobs)
+            results = report.results
+        else:
+            assert loaded is not None
+            jobs = loaded.jobs
+            if load is not None:
+                size = window_jobs_per_gpu * cluster.total_gpus
+                jobs = load_window(jobs, cluster.total_gpus, load, size)
+            results = compare(jobs, cluster, runs, sim=config)
+    except TrainhubError as exc:
+        console.print(f"[red]error:[/red] {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+        raise typer.Exit(2) from None
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     summaries = [r.summary() for r in results]
-    baseline = next((s for s in summaries if s["policy"] == "fifo"), None)
     if json_output:
-        for summary in summaries:
-            line = dict(summary, trace=loaded.name, cluster=cluster.describe())
-            if baseline is not None and summary is not baseline:
-                line.update(ratios(summary, baseline))
-            typer.echo(json.dumps(line))
+        # a trace's own cluster may mix node sizes: it is named by its largest
+        largest = max(n.num_gpus for n in cluster.nodes)
+        cell = cell_name(loaded.name, len(cluster.nodes), largest, load)
+        for summary, line in zip(summaries, cell_lines(cell, summaries), strict=True):
+            if replay is not None:
+                # a replay shows what really happened ("actual") beside each policy, in full
+                typer.echo(json.dumps({**line, **summary}))
+            elif line["policy"] in names:
+                typer.echo(json.dumps(line))
         return
     table = Table(title=f"{loaded.name}: {len(loaded.jobs)} jobs on {cluster.describe()}")
     for column in (

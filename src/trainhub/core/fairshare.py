@@ -13,7 +13,8 @@ constant allocation between the two instants, so the result does not depend on t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Protocol
 
 
 def mean_life_s(half_life_s: float) -> float:
@@ -86,3 +87,135 @@ def jain_index(values: Mapping[str, float] | list[float]) -> float:
     if square_sum == 0:
         return 1.0
     return sum(xs) ** 2 / (len(xs) * square_sum)
+
+
+class UsageInterval(Protocol):
+    """Slots a tenant held from ``start`` to ``end`` (None: still holds them)."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def num_slots(self) -> int: ...
+    @property
+    def start(self) -> float: ...
+    @property
+    def end(self) -> float | None: ...
+
+
+class DecayedUsage(Mapping[str, float]):
+    """Each tenant's decayed slot-seconds: the one ledger of the control plane and simulator.
+
+    Each tenant keeps the slots it holds and the time it was last settled; a read or a change
+    integrates the constant holding over the gap (:func:`advance_usage`'s formula, exact for
+    a constant holding), so the cost is per change and the result does not depend on how
+    often it is read. Read at :attr:`now` as a mapping (what a ``Snapshot`` takes).
+
+    - the simulator calls :meth:`change` at each start and end of a job;
+    - the control plane rebuilds it from the attempts table at start (:meth:`rebuild`), then
+      calls :meth:`advance` each tick with what every tenant holds.
+    """
+
+    def __init__(
+        self, half_life_s: float, start_s: float | None = None, tenants: Iterable[str] = ()
+    ) -> None:
+        self.half_life_s = half_life_s
+        self._rate = math.log(2.0) / half_life_s
+        self._tau = mean_life_s(half_life_s)
+        self._value: dict[str, float] = dict.fromkeys(tenants, 0.0)
+        self._held: dict[str, float] = dict.fromkeys(tenants, 0.0)
+        self._since: dict[str, float] = dict.fromkeys(tenants, start_s or 0.0)
+        self._at = start_s
+        self.now = start_s or 0.0
+
+    @property
+    def initialized(self) -> bool:
+        """Whether it has a time (from ``start_s``, :meth:`rebuild` or :meth:`advance`)."""
+        return self._at is not None
+
+    def _settle(self, tenant: str, now: float) -> float:
+        since = self._since.get(tenant)
+        if since is None:
+            self._value[tenant] = 0.0
+            self._held[tenant] = 0.0
+            self._since[tenant] = now
+            return 0.0
+        span = now - since
+        if span > 0:
+            factor = math.exp(-span * self._rate)
+            self._value[tenant] = self._value[tenant] * factor + self._held[tenant] * self._tau * (
+                1.0 - factor
+            )
+            self._since[tenant] = now
+        return self._value[tenant]
+
+    def change(self, tenant: str, now: float, held: float) -> None:
+        """``tenant`` holds ``held`` more slots (fewer when negative) from ``now`` on."""
+        self._settle(tenant, now)
+        self._held[tenant] += held
+        if self._at is None or now > self._at:
+            self._at = now
+
+    def advance(self, slots_held: Mapping[str, float], now: float) -> Mapping[str, float]:
+        """Every tenant held ``slots_held`` since the last call; the usage at ``now``."""
+        if self._at is not None and now > self._at:
+            for tenant in set(self._value) | set(slots_held):
+                if tenant not in self._since:
+                    self._settle(tenant, self._at)
+                self._held[tenant] = slots_held.get(tenant, 0.0)
+                self._settle(tenant, now)
+        else:
+            for tenant in slots_held:
+                self._settle(tenant, now if self._at is None else self._at)
+                self._held[tenant] = slots_held[tenant]
+        self._at = now if self._at is None else max(self._at, now)
+        self.now = self._at
+        return {t: self._settle(t, self._at) for t in self._value}
+
+    def rebuild(self, intervals: Iterable[UsageInterval], now: float) -> None:
+        """The usage at ``now`` of these holdings, exactly (the attempts table at start-up)."""
+        usage: dict[str, float] = {}
+        tau = self._tau
+        for a in intervals:
+            end = min(a.end if a.end is not None else now, now)
+            if end <= a.start or a.num_slots <= 0:
+                continue
+            usage[a.tenant] = usage.get(a.tenant, 0.0) + a.num_slots * tau * (
+                math.exp(-(now - end) / tau) - math.exp(-(now - a.start) / tau)
+            )
+        self._value = usage
+        self._held = dict.fromkeys(usage, 0.0)
+        self._since = dict.fromkeys(usage, now)
+        self._at = self.now = now
+
+    def __getitem__(self, tenant: str) -> float:
+        if tenant not in self._value:
+            raise KeyError(tenant)
+        return self._settle(tenant, self.now)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._value)
+
+    def __len__(self) -> int:
+        return len(self._value)
+
+
+def scaled_guarantees(guarantees: Mapping[str, int], total_slots: int) -> dict[str, int]:
+    """Guarantees the cluster can honour: unchanged when they add up to at most
+    ``total_slots``; else scaled in proportion to add up to it exactly (largest remainder,
+    at least one slot for each tenant that had one while there are enough slots)."""
+    total = sum(guarantees.values())
+    if total <= total_slots:
+        return dict(guarantees)
+    scaled = apportion_guarantees({t: float(g) for t, g in guarantees.items()}, total_slots)
+    return {t: scaled.get(t, 0) for t in guarantees}
+
+
+def guarantee_note(guarantees: Mapping[str, int], total_slots: int) -> str | None:
+    """The words that tell users their guarantees were scaled down, or None if they were not."""
+    total = sum(guarantees.values())
+    if total <= total_slots:
+        return None
+    return (
+        f"tenant guarantees add up to {total} GPUs, more than the cluster's {total_slots}: "
+        f"each is scaled down by {total_slots / total:.2f}"
+    )

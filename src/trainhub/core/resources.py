@@ -5,7 +5,8 @@ A *slot* is one GPU, or one CPU core on a CPU-only cluster; quotas and usage cou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from trainhub.core.spec import Placement, Resources
@@ -25,6 +26,9 @@ class Node:
     # hottest GPU on the node in degrees Celsius, when monitoring knows it
     gpu_temperature_c: float | None = None
     alive: bool = True
+    # host memory in GB; infinite where unknown (a node that reports none limits nothing)
+    total_memory_gb: float = math.inf
+    free_memory_gb: float = math.inf
 
     def fits(self, request: ResourceRequest, free: bool = True) -> int:
         """How many ranks of ``request`` this node can hold (free or total capacity)."""
@@ -35,7 +39,12 @@ class Node:
         by_gpu = gpus // request.gpus_per_worker if request.gpus_per_worker else 10**9
         # a tiny epsilon: 0.1 * 3 CPUs must fit in 0.3 CPUs
         by_cpu = int((cpus + 1e-9) // request.cpus_per_worker) if request.cpus_per_worker else 10**9
-        return max(0, min(by_gpu, by_cpu))
+        by_mem = 10**9
+        if request.memory_gb_per_worker:
+            memory = self.free_memory_gb if free else self.total_memory_gb
+            if math.isfinite(memory):
+                by_mem = int((memory + 1e-9) // request.memory_gb_per_worker)
+        return max(0, min(by_gpu, by_cpu, by_mem))
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,8 @@ class ResourceRequest:
     placement: Placement = Placement.PACK
     single_node: bool = False
     node_labels: Mapping[str, str] = field(default_factory=dict)
+    # host memory per rank in GB; 0 asks for none (the spec left it out)
+    memory_gb_per_worker: float = 0.0
 
     @classmethod
     def from_spec(cls, resources: Resources) -> ResourceRequest:
@@ -58,6 +69,7 @@ class ResourceRequest:
             placement=resources.placement,
             single_node=resources.single_node,
             node_labels=dict(resources.node_labels),
+            memory_gb_per_worker=resources.memory_gb_per_worker or 0.0,
         )
 
     @property
@@ -82,9 +94,87 @@ class ResourceRequest:
             if self.gpus_per_worker
             else f"{self.cpus_per_worker:g} CPU"
         )
+        if self.memory_gb_per_worker:
+            per += f" + {self.memory_gb_per_worker:g} GB"
         text = f"{self.num_workers} worker(s) x {per}"
         if self.single_node:
             text += " on one node"
         if self.node_labels:
             text += " with labels " + ", ".join(f"{k}={v}" for k, v in self.node_labels.items())
         return text
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    """What the largest node of a cluster holds when empty."""
+
+    gpus: int
+    cpus: float
+    memory_gb: float
+
+    def describe(self) -> str:
+        memory = f", {self.memory_gb:g} GB memory" if math.isfinite(self.memory_gb) else ""
+        return f"{self.gpus} GPUs, {self.cpus:g} CPUs{memory}"
+
+
+@dataclass(frozen=True)
+class Unfittable:
+    """Why a request can never run on a cluster: the spec field to change, and the message."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def largest_node_capacity(nodes: Iterable[Node]) -> NodeCapacity | None:
+    """The largest alive node (most GPUs, then CPUs, then memory); None without one."""
+    alive = [n for n in nodes if n.alive]
+    if not alive:
+        return None
+    best = max(alive, key=lambda n: (n.total_gpus, n.total_cpus, n.total_memory_gb))
+    return NodeCapacity(best.total_gpus, best.total_cpus, best.total_memory_gb)
+
+
+def can_ever_fit(request: ResourceRequest, nodes: Iterable[Node]) -> Unfittable | None:
+    """None when ``request`` fits the cluster when nothing runs; else why it never will.
+
+    Pure and cheap (one pass over the nodes); the submit path calls it to refuse a trial at
+    once with the spec field to change and the largest node's capacity, and the scheduler to
+    tell "never" from "later".
+    """
+    alive = [n for n in nodes if n.alive]
+    if not alive:
+        return Unfittable("resources", "the cluster has no alive node")
+    largest = largest_node_capacity(alive)
+    assert largest is not None
+    where = f"the largest node has {largest.describe()}"
+    matching = [n for n in alive if request.labels_match(n.labels, n.gpu_model)]
+    if not matching:
+        labels = ", ".join(f"{k}={v}" for k, v in request.node_labels.items())
+        return Unfittable("resources.node_labels", f"no node has the labels {labels}")
+    per_worker = (
+        ("resources.gpus_per_worker", request.gpus_per_worker, "total_gpus", "GPU(s)"),
+        ("resources.cpus_per_worker", request.cpus_per_worker, "total_cpus", "CPU(s)"),
+        ("resources.memory_gb_per_worker", request.memory_gb_per_worker, "total_memory_gb", "GB"),
+    )
+    for path, wanted, attribute, unit in per_worker:
+        if wanted and all(getattr(n, attribute) + 1e-9 < wanted for n in matching):
+            return Unfittable(path, f"asks for {wanted:g} {unit} per worker; {where}")
+    rooms = [n.fits(request, free=False) for n in matching]
+    if max(rooms) < 1:
+        return Unfittable("resources", f"no node holds one worker of {request.describe()}; {where}")
+    if request.single_node and max(rooms) < request.num_workers:
+        return Unfittable(
+            "resources.workers",
+            f"asks for {request.num_workers} workers on one node; a node holds at most "
+            f"{max(rooms)} of {request.describe()} ({where})",
+        )
+    if sum(rooms) < request.num_workers:
+        return Unfittable(
+            "resources.workers",
+            f"asks for {request.num_workers} workers; the whole cluster holds at most "
+            f"{sum(rooms)} of {request.describe()}",
+        )
+    return None

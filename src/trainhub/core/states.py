@@ -75,7 +75,14 @@ class AttemptOutcome(StrEnum):
     FAILED = "FAILED"  # a rank exited non-zero
     KILLED = "KILLED"  # stopped by the control plane (cancel)
     PREEMPTED = "PREEMPTED"  # checkpointed and exited on request of the scheduler
-    LOST = "LOST"  # an actor or node died, or the placement vanished
+    LOST = "LOST"  # an actor or node died, the placement vanished, or the launch failed
+    # the placement was not ready in time; nothing ran, so it is never charged as a restart
+    UNPLACED = "UNPLACED"
+
+    @property
+    def ran(self) -> bool:
+        """The attempt's processes may have run (its time counts as run time)."""
+        return self != AttemptOutcome.UNPLACED
 
 
 class ExperimentState(StrEnum):

@@ -19,8 +19,9 @@ logger = logging.getLogger("trainhub.runtime")
 def select_device(local_rank: int, local_world_size: int) -> torch.device:
     """The device of this rank: its GPU when it has one, else the CPU.
 
-    Ray gives each rank its own GPU through ``CUDA_VISIBLE_DEVICES`` (one visible device: index
-    0); torchrun on a GPU node shows all GPUs (index ``LOCAL_RANK``).
+    torchrun and the trainhub executor agree: the ranks of a node see the node's (trial's) GPUs
+    and rank ``LOCAL_RANK`` uses index ``LOCAL_RANK``; a rank started alone with a single
+    visible GPU (Ray's per-actor ``CUDA_VISIBLE_DEVICES``) uses index 0.
     """
     if not torch.cuda.is_available():
         return torch.device("cpu")
@@ -35,6 +36,11 @@ def select_device(local_rank: int, local_world_size: int) -> torch.device:
         count,
     )
     return torch.device("cuda", local_rank % count)
+
+
+def backend_for(device: torch.device) -> str:
+    """NCCL for GPU ranks, gloo for CPU ranks."""
+    return "nccl" if device.type == "cuda" else "gloo"
 
 
 def ensure_process_group(*, rank: int, world_size: int, device: torch.device) -> bool:
@@ -53,9 +59,7 @@ def ensure_process_group(*, rank: int, world_size: int, device: torch.device) ->
         )
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        backend = "gloo"
+    backend = backend_for(device)
     dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size)
     return True
 

@@ -9,7 +9,7 @@ from trainhub.core.errors import InvalidRequest, NotFound, PermissionDenied
 from trainhub.service.auth import Role, new_token, require_admin, require_user
 from trainhub.service.clock import Clock
 from trainhub.service.ports import Principal
-from trainhub.service.records import Tenant, Token, User
+from trainhub.service.records import KEEP, Tenant, TenantUpdate, Token, User
 from trainhub.service.repository import UnitOfWork
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -22,6 +22,25 @@ class IssuedToken:
 
     token: Token
     secret: str
+
+
+@dataclass(frozen=True)
+class QuotaChange:
+    """Storage quotas to set (None: leave as is), or ``clear`` to go back to the defaults."""
+
+    max_checkpoint_bytes: int | None = None
+    max_trial_storage_bytes: int | None = None
+    max_storage_bytes: int | None = None
+    clear: bool = False
+
+    def fields(self) -> dict[str, int | None]:
+        names = ("max_checkpoint_bytes", "max_trial_storage_bytes", "max_storage_bytes")
+        if self.clear:
+            return dict.fromkeys(names)
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+
+_NO_CHANGE = QuotaChange()
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -67,6 +86,7 @@ class AdminService:
         guaranteed_slots: int = 0,
         limit_slots: int | None = None,
         weight: float = 1.0,
+        quotas: QuotaChange = _NO_CHANGE,
     ) -> Tenant:
         require_admin(principal)
         _check_name("tenant", name)
@@ -74,7 +94,13 @@ class AdminService:
         with self.uow() as repo:
             repo.add_tenant(name, self.clock())
             return repo.update_tenant(
-                name, guaranteed_slots=guaranteed_slots, limit_slots=limit_slots, weight=weight
+                name,
+                TenantUpdate(
+                    guaranteed_slots=guaranteed_slots,
+                    limit_slots=limit_slots,
+                    weight=weight,
+                    **quotas.fields(),
+                ),
             )
 
     def update_tenant(
@@ -85,23 +111,23 @@ class AdminService:
         limit_slots: int | None = None,
         weight: float | None = None,
         clear_limit: bool = False,
+        quotas: QuotaChange = _NO_CHANGE,
     ) -> Tenant:
         require_admin(principal)
-        fields: dict[str, object] = {}
-        if guaranteed_slots is not None:
-            fields["guaranteed_slots"] = guaranteed_slots
-        if limit_slots is not None or clear_limit:
-            fields["limit_slots"] = limit_slots
-        if weight is not None:
-            fields["weight"] = weight
+        update = TenantUpdate(
+            guaranteed_slots=KEEP if guaranteed_slots is None else guaranteed_slots,
+            limit_slots=limit_slots if limit_slots is not None or clear_limit else KEEP,
+            weight=KEEP if weight is None else weight,
+            **quotas.fields(),
+        )
         with self.uow() as repo:
             current = repo.get_tenant(name)
             if current is None:
                 raise NotFound(f"tenant {name!r} does not exist")
-            guaranteed = fields.get("guaranteed_slots", current.guaranteed_slots)
-            limit = fields.get("limit_slots", current.limit_slots)
-            _check_share(guaranteed, limit)  # type: ignore[arg-type]
-            return repo.update_tenant(name, **fields)
+            guaranteed = current.guaranteed_slots if guaranteed_slots is None else guaranteed_slots
+            limit = current.limit_slots if update.limit_slots is KEEP else limit_slots
+            _check_share(guaranteed, limit)
+            return repo.update_tenant(name, update)
 
     def list_tenants(self, principal: Principal) -> list[Tenant]:
         require_user(principal)

@@ -24,6 +24,8 @@ class Services:
     admin: AdminService
     usage: UsageService
     cluster_nodes: Callable[[], list[Node]]
+    sandbox: str = "none"  # how rank processes are isolated: bwrap | none
+    warnings: tuple[str, ...] = ()  # what an admin must know about this deployment
 
     def authenticate(self, secret: str | None) -> Principal:
         return authenticate_with(self.uow, self.clock, secret)

@@ -1,51 +1,51 @@
 """The control loop: one tick observes running attempts, then schedules queued trials.
 
-It is the single writer of trial states after submission (cancel of a queued trial aside). Each
-tick: poll every attempt the database says is active (logs are appended to the store, exits and
-losses decide the next state), then hand a snapshot to the scheduling policy and carry out its
-decisions. After a control-plane restart the same tick reconciles: attempts whose Ray actors are
-gone are LOST, orphan actors nobody owns are released.
+It decides nothing itself. Each tick polls every attempt the database says is active (logs are
+appended to the store) and hands what it saw to the pure :func:`~trainhub.core.verdicts.judge`;
+it carries out the verdict (mark running, ask to stop, SIGTERM, end the attempt) and, when an
+attempt ends, moves the trial where :func:`~trainhub.core.verdicts.next_trial_state` says. Then
+it hands a snapshot to the scheduling policy and carries out its decisions. After a
+control-plane restart the same tick reconciles: attempts whose Ray actors are gone end LOST,
+orphan actors nobody owns are released.
+
+It is the single writer of the states of active trials; every state change goes through
+:func:`~trainhub.service.trial_writes.write_trial` (the transition table).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from trainhub.core.resources import Node, ResourceRequest
-from trainhub.core.scheduling import (
-    BasePolicy,
-    Pending,
-    Preempt,
-    QueuedTrial,
-    QueueIndex,
-    RunningTrial,
-    Snapshot,
-    Start,
-)
-from trainhub.core.scheduling.nodetable import NodeTable
-from trainhub.core.scheduling.runningtable import RunningTable
-from trainhub.core.scheduling.snapshot import TenantShare
-from trainhub.core.spec import ExperimentSpec, Priority
+from trainhub.core.fairshare import DecayedUsage
+from trainhub.core.resources import ResourceRequest
+from trainhub.core.scheduling import BasePolicy, Pending, Preempt, Start
+from trainhub.core.spec import ExperimentSpec
 from trainhub.core.states import AttemptOutcome, TrialState
+from trainhub.core.verdicts import (
+    AttemptFacts,
+    AttemptLimits,
+    EndAttempt,
+    MarkRunning,
+    RequestStop,
+    Terminate,
+    Verdict,
+    judge,
+    launch_failed,
+    next_trial_state,
+)
 from trainhub.runtime import protocol
 from trainhub.service.auth import new_token
 from trainhub.service.clock import Clock
 from trainhub.service.experiments import refresh_experiment_state
 from trainhub.service.keys import attempt_key, log_key
-from trainhub.service.ports import (
-    ArtifactStore,
-    AttemptLaunch,
-    AttemptPhase,
-    AttemptStatus,
-    Executor,
-    RankPhase,
-)
-from trainhub.service.records import Attempt, Trial
+from trainhub.service.ports import ArtifactStore, AttemptLaunch, AttemptStatus, Executor
+from trainhub.service.records import KEEP, Attempt, AttemptUpdate, Trial, TrialUpdate
 from trainhub.service.repository import Repository, UnitOfWork
-from trainhub.service.usage import DecayedUsage
+from trainhub.service.scheduling_view import SchedulingView
+from trainhub.service.trial_writes import write_trial
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +56,34 @@ ACTIVE_STATES = (TrialState.SCHEDULED, TrialState.RUNNING, TrialState.PREEMPTING
 class LoopConfig:
     api_url: str
     placement_timeout_s: float = 300.0
+    # the most a cancel waits between SIGTERM and SIGKILL (preemption uses the spec's grace)
     terminate_grace_s: float = 10.0
+    # how long a stopping trial's should_stop() has before its ranks get SIGTERM
+    stop_wait_s: float = 10.0
+    # after SIGTERM + grace: how long before an attempt whose exits never came is ended anyway
+    exit_margin_s: float = 30.0
     trial_token_ttl_s: float = 30 * 24 * 3600.0
     # how often orphaned Ray actors (no attempt row owns them) are looked for
     orphan_check_interval_s: float = 30.0
     # half-life of the decayed usage that fair share orders tenants by
     usage_half_life_s: float = 24 * 3600.0
+    # how often the duration estimates (run times of completed trials) are read again, and
+    # how many similar completed trials an estimate needs
+    estimates_refresh_s: float = 60.0
+    estimate_min_samples: int = 3
 
     def __post_init__(self) -> None:
         if not self.api_url.startswith(("http://", "https://")):
             raise ValueError(f"api_url must be an http(s) URL, got {self.api_url!r}")
+
+    @property
+    def limits(self) -> AttemptLimits:
+        return AttemptLimits(
+            placement_timeout_s=self.placement_timeout_s,
+            stop_wait_s=self.stop_wait_s,
+            cancel_grace_s=self.terminate_grace_s,
+            exit_margin_s=self.exit_margin_s,
+        )
 
 
 @dataclass
@@ -74,6 +92,8 @@ class TickReport:
     started: list[int] = field(default_factory=list)
     ended: list[int] = field(default_factory=list)
     pending: int = 0
+    # the verdict on each polled attempt (trial id -> verdict), in tick order
+    verdicts: dict[int, Verdict] = field(default_factory=dict)
 
 
 class ControlLoop:
@@ -92,16 +112,20 @@ class ControlLoop:
         self.policy = policy
         self.config = config
         self.clock = clock
+        self.limits = config.limits
         self._specs: dict[int, ExperimentSpec] = {}
-        # the policy's queue index, kept between ticks: a decision re-indexes only what changed
-        self._queue_index = QueueIndex(policy.queue_order)
-        self._queued: dict[int, QueuedTrial] = {}
-        # the same for running trials and nodes: policy caches keyed by them stay warm
-        self._running: dict[int, tuple[tuple[object, ...], RunningTrial]] = {}
-        self._running_table = RunningTable()
-        self._node_table = NodeTable(())
+        self.view = SchedulingView(
+            policy,
+            config.usage_half_life_s,
+            config.estimates_refresh_s,
+            config.estimate_min_samples,
+        )
         self._last_orphan_check = float("-inf")
-        self.usage = DecayedUsage(config.usage_half_life_s)
+
+    @property
+    def usage(self) -> DecayedUsage:
+        """Each tenant's decayed usage, as fair share reads it."""
+        return self.view.usage
 
     # ---------------------------------------------------------------- the tick
     def tick(self) -> TickReport:
@@ -109,89 +133,71 @@ class ControlLoop:
         self._release_orphans()
         with self.uow() as repo:
             active = repo.trials_in_states(ACTIVE_STATES)
+            attempts = repo.open_attempts([t.id for t in active])
+            for trial in active:
+                self._spec(repo, trial)
+            self.view.advance_usage(repo, active, attempts, self.clock())
         for trial in active:
             report.polled += 1
-            if self._observe(trial):
+            verdict = self._observe(trial, attempts.get(trial.id))
+            report.verdicts[trial.id] = verdict
+            if isinstance(verdict, EndAttempt):
                 report.ended.append(trial.id)
         self._schedule(report)
         return report
 
     # ---------------------------------------------------------------- observing
-    def _observe(self, trial: Trial) -> bool:
-        """Poll one active trial's attempt; return True when the attempt ended."""
-        with self.uow() as repo:
-            attempt = repo.open_attempt(trial.id)
+    def _observe(self, trial: Trial, attempt: Attempt | None) -> Verdict:
+        """Judge one active trial's attempt and carry the verdict out."""
         if attempt is None:
-            self._finish_attempt(trial, None, AttemptOutcome.LOST, "no attempt record")
-            return True
+            lost = EndAttempt(AttemptOutcome.LOST, "no attempt record")
+            self._end(trial, None, lost)
+            return lost
         status = self._poll_with_logs(trial, attempt)
         now = self.clock()
-        if trial.cancel_requested:
-            self.executor.terminate(attempt.key, self.config.terminate_grace_s)
-            self._drain_logs(trial, attempt)
-            self._finish_attempt(trial, attempt, AttemptOutcome.KILLED, trial.stop_reason or "")
-            return True
-        if status.phase in (AttemptPhase.UNKNOWN, AttemptPhase.LOST):
-            detail = status.detail or "the attempt's Ray actors are gone"
-            self.executor.terminate(attempt.key, 0)
-            self._finish_attempt(trial, attempt, AttemptOutcome.LOST, detail)
-            return True
-        if status.phase == AttemptPhase.PLACING:
-            if now - attempt.created_at > self.config.placement_timeout_s:
-                self._finish_attempt(
-                    trial,
-                    attempt,
-                    AttemptOutcome.LOST,
-                    f"placement not ready after {self.config.placement_timeout_s:.0f} s",
-                )
-                return True
-            return False
-        codes = [r.exit_code for r in status.ranks]
-        failed = [
-            r for r in status.ranks if r.phase == RankPhase.EXITED and r.exit_code not in (0, None)
-        ]
-        lost = [r for r in status.ranks if r.phase == RankPhase.LOST]
-        if failed or lost:
-            # one rank down means the gang is broken: end the others too
-            self.executor.terminate(attempt.key, self.config.terminate_grace_s)
-            self._drain_logs(trial, attempt)
-            what = (
-                f"rank {failed[0].rank} exited with code {failed[0].exit_code}"
-                if failed
-                else f"rank {lost[0].rank} was lost (actor or node died)"
-            )
-            outcome = AttemptOutcome.FAILED if failed else AttemptOutcome.LOST
-            final = self.executor.poll(attempt.key, {})
-            self._finish_attempt(
-                trial,
-                attempt,
-                outcome,
-                what,
-                exit_codes=[r.exit_code for r in final.ranks] or codes,
-            )
-            return True
-        if status.ranks and all(r.phase == RankPhase.EXITED for r in status.ranks):
-            self._drain_logs(trial, attempt)
-            outcome = (
-                AttemptOutcome.PREEMPTED
-                if trial.state == TrialState.PREEMPTING
-                else AttemptOutcome.SUCCEEDED
-            )
-            self._finish_attempt(trial, attempt, outcome, "every rank exited 0", exit_codes=codes)
-            return True
-        if trial.state == TrialState.SCHEDULED and any(
-            r.phase == RankPhase.RUNNING for r in status.ranks
-        ):
+        facts = AttemptFacts(
+            state=trial.state,
+            cancel_requested=trial.cancel_requested,
+            stop_reason=trial.stop_reason,
+            created_at=attempt.created_at,
+            started_at=attempt.started_at,
+            stop_requested_at=attempt.stop_requested_at,
+            terminate_sent_at=attempt.terminate_sent_at,
+            grace_s=self._specs[trial.experiment_id].preemption.grace_s,
+        )
+        verdict = judge(facts, status, now, self.limits)
+        if isinstance(verdict, EndAttempt):
+            self._end(trial, attempt, verdict, status)
+        elif isinstance(verdict, MarkRunning):
             with self.uow() as repo:
-                repo.set_trial_state(
+                write_trial(
+                    repo,
                     trial.id,
-                    TrialState.RUNNING,
-                    started_at=trial.started_at or now,
-                    pending_reason=None,
+                    TrialUpdate(
+                        state=TrialState.RUNNING,
+                        started_at=trial.started_at or now,
+                        pending_reason=None,
+                    ),
+                    current=trial.state,
                 )
-                repo.update_attempt(attempt.id, started_at=now)
+                repo.update_attempt(attempt.id, AttemptUpdate(started_at=now))
                 repo.add_event(trial.id, "running", f"attempt {attempt.number} running", now)
-        return False
+        elif isinstance(verdict, RequestStop):
+            with self.uow() as repo:
+                repo.update_attempt(attempt.id, AttemptUpdate(stop_requested_at=now))
+                repo.add_event(trial.id, "stop", f"asked to stop: {verdict.reason}", now)
+        elif isinstance(verdict, Terminate):
+            self.executor.terminate(attempt.key, verdict.grace_s)
+            with self.uow() as repo:
+                repo.update_attempt(attempt.id, AttemptUpdate(terminate_sent_at=now))
+                repo.add_event(
+                    trial.id,
+                    "sigterm",
+                    f"SIGTERM to attempt {attempt.number} ({verdict.reason}); "
+                    f"SIGKILL after {verdict.grace_s:.0f} s",
+                    now,
+                )
+        return verdict
 
     def _poll_with_logs(self, trial: Trial, attempt: Attempt) -> AttemptStatus:
         offsets = {
@@ -205,85 +211,94 @@ class ControlLoop:
                 self.store.write_at(key, offsets.get(rank_status.rank, 0), rank_status.log_chunk)
         return status
 
-    def _drain_logs(self, trial: Trial, attempt: Attempt, max_rounds: int = 64) -> None:
+    def _drain_logs(self, trial: Trial, attempt: Attempt, max_rounds: int = 64) -> AttemptStatus:
         """Fetch the output that is left before the actors are released."""
+        status = self._poll_with_logs(trial, attempt)
         for _ in range(max_rounds):
-            status = self._poll_with_logs(trial, attempt)
             if not any(r.log_chunk for r in status.ranks):
-                return
+                break
+            status = self._poll_with_logs(trial, attempt)
+        return status
 
-    def _finish_attempt(
+    def _end(
         self,
         trial: Trial,
         attempt: Attempt | None,
-        outcome: AttemptOutcome,
-        detail: str,
-        exit_codes: list[int | None] | None = None,
+        verdict: EndAttempt,
+        status: AttemptStatus | None = None,
     ) -> None:
-        now = self.clock()
+        """End the attempt as ``verdict`` says and move the trial to its next state."""
+        exit_codes: tuple[int | None, ...] = ()
         if attempt is not None:
+            if verdict.stop_others:
+                # the gang is broken or would not stop: end the ranks that still run
+                self.executor.terminate(attempt.key, self.config.terminate_grace_s)
+            final = self._drain_logs(trial, attempt)
+            exit_codes = tuple(
+                r.exit_code for r in (final.ranks or (status.ranks if status else ()))
+            )
             self.executor.release(attempt.key)
+        now = self.clock()
+        outcome = verdict.outcome
         with self.uow() as repo:
+            ran_s = held_s = 0.0
+            num_slots = 0
+            progress_s = trial.progress_s
             if attempt is not None:
                 repo.update_attempt(
                     attempt.id,
-                    outcome=outcome.value,
-                    ended_at=now,
-                    detail=detail,
-                    exit_codes=exit_codes or [],
+                    AttemptUpdate(
+                        outcome=outcome.value,
+                        ended_at=now,
+                        detail=verdict.detail,
+                        exit_codes=exit_codes,
+                    ),
                 )
                 if attempt.token_id is not None:
                     repo.revoke_token(attempt.token_id)
+                if outcome.ran:
+                    # run time counts from the processes' start (or placement, if they ended
+                    # before they were seen running); service from when the slots were held
+                    ran_s = max(0.0, now - (attempt.started_at or attempt.created_at))
+                    held_s = max(0.0, now - attempt.created_at)
+                    num_slots = attempt.num_slots
+                    saved = repo.checkpoint_times([trial.id]).get(trial.id)
+                    if saved is not None and saved.attempt == attempt.number:
+                        began = attempt.started_at or attempt.created_at
+                        progress_s = trial.progress_s + max(0.0, saved.last_at - began)
             number = attempt.number if attempt else trial.num_attempts
-            repo.add_event(trial.id, outcome.value.lower(), f"attempt {number}: {detail}", now)
-            self._next_state(repo, trial, outcome, detail, now)
-            refresh_experiment_state(repo, trial.experiment_id, now)
-
-    def _next_state(
-        self, repo: Repository, trial: Trial, outcome: AttemptOutcome, detail: str, now: float
-    ) -> None:
-        if outcome == AttemptOutcome.KILLED:
-            repo.set_trial_state(
-                trial.id, TrialState.CANCELED, ended_at=now, message=detail, pending_reason=None
+            repo.add_event(
+                trial.id, outcome.value.lower(), f"attempt {number}: {verdict.detail}", now
             )
-            return
-        if outcome == AttemptOutcome.SUCCEEDED:
-            repo.set_trial_state(
-                trial.id, TrialState.COMPLETED, ended_at=now, message=None, pending_reason=None
-            )
-            return
-        if outcome == AttemptOutcome.PREEMPTED:
-            repo.set_trial_state(
-                trial.id,
-                TrialState.QUEUED,
-                queued_at=now,
-                stop_reason=None,
-                pending_reason=f"preempted ({trial.stop_reason or detail}); resumes from its "
-                "latest checkpoint",
-            )
-            return
-        spec = self._spec(repo, trial)
-        if trial.num_restarts < spec.max_restarts:
-            restarts = trial.num_restarts + 1
+            spec = self._spec(repo, trial)
             latest = repo.list_checkpoints(trial.id)
-            resume = f"checkpoint at step {latest[-1].step}" if latest else "the beginning"
-            repo.set_trial_state(
-                trial.id,
-                TrialState.QUEUED,
-                queued_at=now,
-                num_restarts=restarts,
-                message=detail,
-                pending_reason=f"restart {restarts}/{spec.max_restarts} after: {detail}; "
-                f"resumes from {resume}",
+            transition = next_trial_state(
+                trial.state,
+                outcome,
+                verdict.detail,
+                num_restarts=trial.num_restarts,
+                max_restarts=spec.max_restarts,
+                resume_step=latest[-1].step if latest else None,
             )
-            return
-        repo.set_trial_state(
-            trial.id,
-            TrialState.FAILED,
-            ended_at=now,
-            pending_reason=None,
-            message=f"{detail} (no restarts left of max_restarts={spec.max_restarts})",
-        )
+            queued = transition.target == TrialState.QUEUED
+            write_trial(
+                repo,
+                trial.id,
+                TrialUpdate(
+                    state=transition.target,
+                    message=transition.message,
+                    pending_reason=transition.pending_reason,
+                    queued_at=now if queued else KEEP,
+                    stop_reason=None if queued else KEEP,
+                    ended_at=now if transition.ended else KEEP,
+                    num_restarts=trial.num_restarts + 1 if transition.counts_restart else KEEP,
+                    run_time_s=trial.run_time_s + ran_s,
+                    attained_service=trial.attained_service + held_s * num_slots,
+                    progress_s=progress_s,
+                ),
+                current=trial.state,
+            )
+            refresh_experiment_state(repo, trial.experiment_id, now)
 
     def _release_orphans(self) -> None:
         now = self.clock()
@@ -309,94 +324,18 @@ class ControlLoop:
             self._specs[trial.experiment_id] = spec
         return spec
 
-    def _queued_trial(self, repo: Repository, trial: Trial) -> QueuedTrial:
-        """The policy's view of a queued trial; the same object while its row is unchanged."""
-        known = self._queued.get(trial.id)
-        if (
-            known is not None
-            and known.priority == trial.priority
-            and known.queued_at == trial.queued_at
-            and known.tenant == trial.tenant
-        ):
-            return known
-        made = QueuedTrial(
-            trial_id=trial.id,
-            tenant=trial.tenant,
-            request=ResourceRequest.from_spec(self._spec(repo, trial).resources),
-            priority=Priority(trial.priority),
-            queued_at=trial.queued_at,
-            submitted_at=trial.submitted_at,
-        )
-        self._queued[trial.id] = made
-        return made
-
-    def _running_trial(
-        self, repo: Repository, trial: Trial, attempt: Attempt, preemptions: int
-    ) -> RunningTrial:
-        """The policy's view of an active trial; the same object while nothing it shows changed."""
-        preempting = trial.state == TrialState.PREEMPTING
-        started_at = attempt.started_at or attempt.created_at
-        fingerprint = (attempt.id, started_at, preempting, preemptions, trial.priority)
-        known = self._running.get(trial.id)
-        if known is not None and known[0] == fingerprint:
-            return known[1]
-        made = RunningTrial(
-            trial_id=trial.id,
-            tenant=trial.tenant,
-            request=ResourceRequest.from_spec(self._spec(repo, trial).resources),
-            placement=attempt.placement,
-            priority=Priority(trial.priority),
-            started_at=started_at,
-            submitted_at=trial.submitted_at,
-            preempting=preempting,
-            num_preemptions=preemptions,
-        )
-        self._running[trial.id] = (fingerprint, made)
-        return made
-
     def _schedule(self, report: TickReport) -> None:
         now = self.clock()
         with self.uow() as repo:
-            if not self.usage.initialized:
-                horizon = now - 10 * self.config.usage_half_life_s
-                self.usage.rebuild(repo.attempt_usage(horizon), now)
             queued = repo.trials_in_states([TrialState.QUEUED])
             active = repo.trials_in_states(ACTIVE_STATES)
-            preemptions = repo.count_outcomes(
-                [t.id for t in active], AttemptOutcome.PREEMPTED.value
+            for trial in (*queued, *active):
+                self._spec(repo, trial)
+            snapshot = self.view.snapshot(
+                repo, queued, active, self._specs, self.executor.cluster_nodes, now
             )
-            running: list[RunningTrial] = []
-            held: dict[str, float] = {}
-            attempts = repo.open_attempts([t.id for t in active])
-            for trial in active:
-                attempt = attempts.get(trial.id)
-                if attempt is None:
-                    continue
-                view = self._running_trial(repo, trial, attempt, preemptions.get(trial.id, 0))
-                held[trial.tenant] = held.get(trial.tenant, 0.0) + view.request.num_slots
-                running.append(view)
-            self._running = {r.trial_id: (self._running[r.trial_id][0], r) for r in running}
-            tenant_usage = self.usage.advance(held, now)
-            waiting = [self._queued_trial(repo, t) for t in queued]
-            self._queued = {q.trial_id: q for q in waiting}
-            if not waiting:
-                return
-            queue = self._queue_index.sync(waiting)
-            tenants = {
-                t.name: TenantShare(t.guaranteed_slots, t.limit_slots, t.weight)
-                for t in repo.list_tenants()
-            }
-        nodes = self._free_capacity(self.executor.cluster_nodes(), running)
-        self._node_table = self._node_table.synced(nodes)
-        self._running_table = self._running_table.synced(running)
-        snapshot = Snapshot(
-            now=now,
-            nodes=self._node_table,
-            queue=queue,
-            running=self._running_table,
-            tenants=tenants,
-            tenant_usage=tenant_usage,
-        )
+        if snapshot is None:
+            return
         by_id = {t.id: t for t in queued}
         decisions = list(self.policy.decide(snapshot))
         # preempt first: the victims' checkpoints start while the rest is carried out
@@ -415,31 +354,9 @@ class ControlLoop:
                 if trial.pending_reason != decision.reason or trial.queue_position != position:
                     with self.uow() as repo:
                         repo.update_trial(
-                            trial.id, pending_reason=decision.reason, queue_position=position
+                            trial.id,
+                            TrialUpdate(pending_reason=decision.reason, queue_position=position),
                         )
-
-    @staticmethod
-    def _free_capacity(nodes: list[Node], running: list[RunningTrial]) -> tuple[Node, ...]:
-        """Free capacity by our own books: totals minus what active trials hold.
-
-        Ray's own free counts lag behind placement groups still being created, and trials of
-        this control plane are the only users of the cluster's training resources.
-        """
-        gpus: dict[str, int] = {}
-        cpus: dict[str, float] = {}
-        for trial in running:
-            request = trial.request
-            for node_id in trial.placement:
-                gpus[node_id] = gpus.get(node_id, 0) + request.gpus_per_worker
-                cpus[node_id] = cpus.get(node_id, 0.0) + request.cpus_per_worker
-        return tuple(
-            replace(
-                n,
-                free_gpus=n.total_gpus - gpus.get(n.node_id, 0),
-                free_cpus=n.total_cpus - cpus.get(n.node_id, 0.0),
-            )
-            for n in nodes
-        )
 
     def _start(self, trial: Trial, placement: tuple[str, ...]) -> None:
         now = self.clock()
@@ -469,14 +386,18 @@ class ControlLoop:
                 now,
                 num_slots=ResourceRequest.from_spec(spec.resources).num_slots,
             )
-            repo.set_trial_state(
+            started = write_trial(
+                repo,
                 trial.id,
-                TrialState.SCHEDULED,
-                num_attempts=number,
-                pending_reason=None,
-                queue_position=None,
-                cancel_requested=False,
-                stop_reason=None,
+                TrialUpdate(
+                    state=TrialState.SCHEDULED,
+                    num_attempts=number,
+                    pending_reason=None,
+                    queue_position=None,
+                    cancel_requested=False,
+                    stop_reason=None,
+                ),
+                current=trial.state,
             )
             where = ", ".join(sorted(set(placement)))
             repo.add_event(trial.id, "scheduled", f"attempt {number} placed on {where}", now)
@@ -512,16 +433,10 @@ class ControlLoop:
         )
         try:
             self.executor.launch(launch)
-        except Exception as exc:  # the executor failed to even begin: requeue, say why
+        except Exception as exc:  # the executor failed to even begin: end it now, say why
             log.exception("launching %s failed", key)
-            refreshed = self._reload(trial.id)
-            self._finish_attempt(refreshed, attempt, AttemptOutcome.LOST, f"launch failed: {exc}")
-
-    def _reload(self, trial_id: int) -> Trial:
-        with self.uow() as repo:
-            trial = repo.get_trial(trial_id)
-        assert trial is not None
-        return trial
+            cause = " ".join(str(exc).split()) or type(exc).__name__
+            self._end(started, attempt, EndAttempt(AttemptOutcome.LOST, launch_failed(cause)))
 
     def _preempt(self, decision: Preempt) -> None:
         now = self.clock()
@@ -529,5 +444,14 @@ class ControlLoop:
             trial = repo.get_trial(decision.trial_id)
             if trial is None or trial.state not in (TrialState.RUNNING, TrialState.SCHEDULED):
                 return
-            repo.set_trial_state(trial.id, TrialState.PREEMPTING, stop_reason=decision.reason)
+            write_trial(
+                repo,
+                trial.id,
+                TrialUpdate(state=TrialState.PREEMPTING, stop_reason=decision.reason),
+                current=trial.state,
+            )
+            attempt = repo.open_attempt(trial.id)
+            if attempt is not None:
+                # should_stop() answers True from now on; SIGTERM follows after stop_wait_s
+                repo.update_attempt(attempt.id, AttemptUpdate(stop_requested_at=now))
             repo.add_event(trial.id, "preempting", decision.reason, now)

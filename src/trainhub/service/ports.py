@@ -7,13 +7,24 @@ repository. Services depend on these protocols, never on the adapters.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
+from trainhub.core.attempts import AttemptPhase, RankPhase
 from trainhub.core.resources import Node
 from trainhub.core.spec import Placement
+
+__all__ = [
+    "ArtifactStore",
+    "AttemptLaunch",
+    "AttemptPhase",
+    "AttemptStatus",
+    "Executor",
+    "Principal",
+    "RankPhase",
+    "RankStatus",
+]
 
 
 @dataclass(frozen=True)
@@ -33,13 +44,6 @@ class AttemptLaunch:
     strategy: Placement = Placement.PACK
 
 
-class RankPhase(StrEnum):
-    STARTING = "starting"  # actor placed, process not yet running
-    RUNNING = "running"
-    EXITED = "exited"  # process ended; exit_code says how
-    LOST = "lost"  # actor or node died; the process state is unknown
-
-
 @dataclass(frozen=True)
 class RankStatus:
     rank: int
@@ -48,14 +52,6 @@ class RankStatus:
     # new output of the rank (stdout and stderr interleaved) from the offset asked for
     log_chunk: bytes = b""
     node_id: str | None = None
-
-
-class AttemptPhase(StrEnum):
-    PLACING = "placing"  # waiting for the placement group or actors
-    RUNNING = "running"  # at least one rank running, none failed
-    EXITED = "exited"  # every rank's process ended (see exit codes)
-    LOST = "lost"  # the attempt's actors or placement are gone
-    UNKNOWN = "unknown"  # the executor has never heard of this attempt
 
 
 @dataclass(frozen=True)
@@ -94,10 +90,40 @@ class Executor(Protocol):
         ...
 
 
+class BlobWriter(Protocol):
+    """A blob being written in chunks; invisible under its key until ``commit``."""
+
+    size: int
+
+    def write(self, data: bytes) -> None: ...
+
+    def commit(self) -> int:
+        """Make the blob visible under its key (atomically); returns its size in bytes."""
+        ...
+
+    def abort(self) -> None:
+        """Drop what was written; idempotent, a no-op after ``commit``."""
+        ...
+
+
 class ArtifactStore(Protocol):
-    """Blobs by key: code contexts, checkpoints, logs. Keys are '/'-separated relative paths."""
+    """Blobs by key: code contexts, checkpoints, logs. Keys are '/'-separated relative paths.
+
+    Blobs of any size move through ``open_writer``, ``put_file`` and ``iter_chunks`` in
+    chunks; ``put`` and ``get`` are for small ones (logs, tests).
+    """
 
     def put(self, key: str, data: bytes) -> None: ...
+
+    def put_file(self, key: str, source: BinaryIO) -> int:
+        """Copy an open binary file into ``key`` in chunks; returns its size."""
+        ...
+
+    def open_writer(self, key: str) -> BlobWriter: ...
+
+    def iter_chunks(self, key: str, chunk_bytes: int = ...) -> Iterator[bytes]:
+        """The blob's bytes in chunks; raises NotFound (before any chunk) when it is absent."""
+        ...
 
     def get(self, key: str) -> bytes: ...
 

@@ -1,9 +1,14 @@
-"""Plain records the repository returns. Times are UTC unix seconds."""
+"""Plain records the repository returns, and the typed updates it accepts.
+
+Times are UTC unix seconds. An update is a frozen value naming the columns to change; a field
+left at :data:`KEEP` is not written, so a misspelt column is a type error, not a silent no-op.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any, Literal
 
 from trainhub.core.states import ExperimentState, TrialState
 
@@ -15,6 +20,10 @@ class Tenant:
     guaranteed_slots: int = 0
     limit_slots: int | None = None
     weight: float = 1.0
+    # storage quotas set by admins; None: the server's default
+    max_checkpoint_bytes: int | None = None
+    max_trial_storage_bytes: int | None = None
+    max_storage_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,12 @@ class Trial:
     progress: dict[str, Any]
     message: str | None
     queue_position: int | None = None
+    # seconds the trial's attempts have run, and the slot-seconds they held while running
+    # (least attained service); both grow when an attempt ends
+    run_time_s: float = 0.0
+    attained_service: float = 0.0
+    # run time its latest checkpoint holds: where the next attempt resumes
+    progress_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +110,16 @@ class Attempt:
     started_at: float | None
     ended_at: float | None
     num_slots: int = 0
+    # stopping (preemption, cancel): when should_stop() turned on, when SIGTERM went out
+    stop_requested_at: float | None = None
+    terminate_sent_at: float | None = None
+
+    @property
+    def run_time_s(self) -> float:
+        """Seconds the processes ran (0 if they never started); open attempts count nothing."""
+        if self.started_at is None or self.ended_at is None:
+            return 0.0
+        return max(0.0, self.ended_at - self.started_at)
 
 
 @dataclass(frozen=True)
@@ -136,3 +161,134 @@ class TrialEvent:
     time: float
     kind: str
     message: str
+
+
+# ---------------------------------------------------------------- typed updates
+
+
+class Keep(Enum):
+    """The type of :data:`KEEP`: leave this column as it is."""
+
+    KEEP = "keep"
+
+
+KEEP: Literal[Keep.KEEP] = Keep.KEEP
+
+
+def _changes(update: object) -> dict[str, Any]:
+    return {
+        f.name: getattr(update, f.name)
+        for f in fields(update)  # type: ignore[arg-type]
+        if getattr(update, f.name) is not KEEP
+    }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialUpdate:
+    """Columns of a trial to change. A new ``state`` must be checked against the transition
+    table first (``trainhub.service.trial_writes.write_trial`` does)."""
+
+    state: TrialState | Keep = KEEP
+    pending_reason: str | Keep | None = KEEP
+    queue_position: int | Keep | None = KEEP
+    message: str | Keep | None = KEEP
+    stop_reason: str | Keep | None = KEEP
+    cancel_requested: bool | Keep = KEEP
+    priority: str | Keep = KEEP
+    queued_at: float | Keep = KEEP
+    started_at: float | Keep | None = KEEP
+    ended_at: float | Keep | None = KEEP
+    num_attempts: int | Keep = KEEP
+    num_restarts: int | Keep = KEEP
+    latest_metrics: dict[str, Any] | Keep = KEEP
+    progress: dict[str, Any] | Keep = KEEP
+    run_time_s: float | Keep = KEEP
+    attained_service: float | Keep = KEEP
+    progress_s: float | Keep = KEEP
+
+    def changes(self) -> dict[str, Any]:
+        """The columns this update writes, by name."""
+        return _changes(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptUpdate:
+    """Columns of an attempt to change."""
+
+    outcome: str | Keep | None = KEEP
+    detail: str | Keep | None = KEEP
+    exit_codes: tuple[int | None, ...] | Keep = KEEP
+    started_at: float | Keep | None = KEEP
+    ended_at: float | Keep | None = KEEP
+    stop_requested_at: float | Keep | None = KEEP
+    terminate_sent_at: float | Keep | None = KEEP
+
+    def changes(self) -> dict[str, Any]:
+        return _changes(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TenantUpdate:
+    """A tenant's share (slots) and storage quotas to change."""
+
+    guaranteed_slots: int | Keep = KEEP
+    limit_slots: int | Keep | None = KEEP
+    weight: float | Keep = KEEP
+    # storage quotas in bytes; None: the server's default
+    max_checkpoint_bytes: int | Keep | None = KEEP
+    max_trial_storage_bytes: int | Keep | None = KEEP
+    max_storage_bytes: int | Keep | None = KEEP
+
+    def changes(self) -> dict[str, Any]:
+        return _changes(self)
+
+
+# ---------------------------------------------------------------- scheduler facts
+
+
+@dataclass(frozen=True)
+class CheckpointTimes:
+    """When one trial's latest checkpoint was registered, and the usual gap between its
+    checkpoints within one attempt (None until an attempt made two)."""
+
+    trial_id: int
+    attempt: int
+    last_at: float
+    interval_s: float | None
+
+
+@dataclass(frozen=True)
+class TrialOwner:
+    """Who submitted a trial, and in which project."""
+
+    trial_id: int
+    user: str
+    project: str
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """The run time of one completed trial (what expected durations are estimated from)."""
+
+    user: str
+    project: str
+    run_time_s: float
+
+
+@dataclass(frozen=True)
+class RecordedTrial:
+    """What the database recorded of one trial: its arrival, its shape, how long it ran, and
+    what happened to it (``trainhub sim --replay`` re-runs these through any policy)."""
+
+    trial_id: int
+    tenant: str
+    user: str
+    project: str
+    priority: str
+    state: TrialState
+    spec: dict[str, Any]  # the experiment's spec (its resources give the trial's shape)
+    submitted_at: float
+    first_start_at: float | None  # when its first attempt got its resources
+    ended_at: float | None
+    run_time_s: float
+    num_preemptions: int

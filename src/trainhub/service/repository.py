@@ -1,9 +1,16 @@
-"""The repository port: what the services need from the database.
+"""The repository port: what the services need from the database, one role at a time.
 
-One implementation per backend (``trainhub.adapters.db``: SQLite and PostgreSQL through
-SQLAlchemy); one contract test suite (tests/adapters/test_repository_contract.py) runs against
-each. A unit of work is a context manager yielding a :class:`Repository`; it commits when the
-block ends without an exception and rolls back otherwise.
+A service asks for the role it uses (:class:`TrialStore`, :class:`AuthStore`, ...);
+:class:`Repository` is all of them, which is what a unit of work yields. One implementation per
+backend (``trainhub.adapters.db``: SQLite and PostgreSQL through SQLAlchemy); one contract test
+suite (tests/adapters/test_repository_contract.py) runs against each. A unit of work is a context
+manager yielding a :class:`Repository`; it commits when the block ends without an exception and
+rolls back otherwise.
+
+Updates are typed frozen values (``TrialUpdate``, ``AttemptUpdate``, ``TenantUpdate``). The
+repository does not judge state changes: the service checks each against the transition table
+(``trainhub.service.trial_writes``) and the repository writes it only if the row is still in
+the state the service saw (compare and set), so a fake repository cannot skip the check.
 """
 
 from __future__ import annotations
@@ -15,34 +22,41 @@ from typing import Any, Protocol
 from trainhub.core.states import ExperimentState, TrialState
 from trainhub.service.records import (
     Attempt,
+    AttemptUpdate,
     AttemptUsage,
     Checkpoint,
+    CheckpointTimes,
     Experiment,
+    FinishedRun,
     MetricPoint,
+    RecordedTrial,
     Tenant,
+    TenantUpdate,
     Token,
     Trial,
     TrialEvent,
+    TrialOwner,
+    TrialUpdate,
     User,
 )
 
 
-class Repository(Protocol):
-    # tenants
+class TenantStore(Protocol):
     def add_tenant(self, name: str, now: float) -> Tenant: ...
     def get_tenant(self, name: str) -> Tenant | None: ...
     def list_tenants(self) -> list[Tenant]: ...
-    def update_tenant(self, name: str, **fields: Any) -> Tenant: ...
+    def update_tenant(self, name: str, update: TenantUpdate) -> Tenant: ...
 
-    # users and memberships
+
+class AuthStore(Protocol):
+    """Users, their memberships, and tokens (only hashes are stored)."""
+
     def add_user(self, username: str, is_admin: bool, now: float) -> User: ...
     def get_user(self, user_id: int) -> User | None: ...
     def get_user_by_name(self, username: str) -> User | None: ...
     def list_users(self) -> list[User]: ...
     def set_membership(self, user_id: int, tenant_name: str, role: str) -> None: ...
     def remove_membership(self, user_id: int, tenant_name: str) -> None: ...
-
-    # tokens (only hashes are stored)
     def add_token(
         self,
         token_hash: str,
@@ -59,7 +73,8 @@ class Repository(Protocol):
     def revoke_token(self, token_id: int) -> None: ...
     def touch_token(self, token_id: int, now: float) -> None: ...
 
-    # experiments
+
+class ExperimentStore(Protocol):
     def add_experiment(
         self,
         tenant: str,
@@ -83,19 +98,25 @@ class Repository(Protocol):
     def set_experiment_state(
         self, experiment_id: int, state: ExperimentState, ended_at: float | None
     ) -> None: ...
+    def experiment_of(self, trial_id: int) -> Experiment: ...
 
-    # trials: the state column changes only through set_trial_state (checked against core)
+
+class TrialStore(Protocol):
     def add_trial(
         self, experiment_id: int, hparams: dict[str, Any], priority: str, now: float
     ) -> Trial: ...
     def get_trial(self, trial_id: int) -> Trial | None: ...
     def list_trials(self, experiment_id: int) -> list[Trial]: ...
     def trials_in_states(self, states: Sequence[TrialState]) -> list[Trial]: ...
-    def set_trial_state(self, trial_id: int, state: TrialState, **fields: Any) -> Trial: ...
-    def update_trial(self, trial_id: int, **fields: Any) -> Trial: ...
-    def experiment_of(self, trial_id: int) -> Experiment: ...
+    def update_trial(
+        self, trial_id: int, update: TrialUpdate, expected_state: TrialState | None = None
+    ) -> Trial:
+        """Write ``update``; with ``expected_state``, only if the row is still in that state
+        (raises ``Conflict`` otherwise). Does not check the transition: the service does."""
+        ...
 
-    # attempts
+
+class AttemptStore(Protocol):
     def add_attempt(
         self,
         trial_id: int,
@@ -113,16 +134,37 @@ class Repository(Protocol):
         ...
 
     def list_attempts(self, trial_id: int) -> list[Attempt]: ...
-    def update_attempt(self, attempt_id: int, **fields: Any) -> Attempt: ...
-    def attempt_usage(self, since: float) -> list[AttemptUsage]:
-        """Attempts that held slots at some time after ``since`` (for accounting)."""
-        ...
-
+    def update_attempt(self, attempt_id: int, update: AttemptUpdate) -> Attempt: ...
     def count_outcomes(self, trial_ids: Sequence[int], outcome: str) -> dict[int, int]:
         """How many attempts of each trial ended with ``outcome``."""
         ...
 
-    # metrics: one row per (trial, step); a step reported again merges and replaces values
+
+class UsageStore(Protocol):
+    """History read for accounting, fair share and the scheduler's estimates."""
+
+    def attempt_usage(self, since: float) -> list[AttemptUsage]:
+        """Attempts that held slots at some time after ``since`` (for accounting)."""
+        ...
+
+    def checkpoint_times(self, trial_ids: Sequence[int]) -> dict[int, CheckpointTimes]:
+        """Per trial: its latest checkpoint's time, and the usual gap between checkpoints of
+        its latest attempt that made any (deleted checkpoints count: they were made)."""
+        ...
+
+    def trial_owners(self, trial_ids: Sequence[int]) -> dict[int, TrialOwner]: ...
+    def finished_runs(self, limit: int = 5000) -> list[FinishedRun]:
+        """Run times of the latest ``limit`` COMPLETED trials that ran."""
+        ...
+
+    def trial_history(self, since: float | None = None) -> list[RecordedTrial]:
+        """Every trial submitted at or after ``since`` (all when None), by submission."""
+        ...
+
+
+class MetricStore(Protocol):
+    """One row per (trial, step); a step reported again merges and replaces values."""
+
     def upsert_metrics(
         self,
         trial_id: int,
@@ -134,7 +176,8 @@ class Repository(Protocol):
         self, trial_id: int, after_step: int | None = None, limit: int = 10_000
     ) -> list[MetricPoint]: ...
 
-    # checkpoints
+
+class CheckpointStore(Protocol):
     def add_checkpoint(
         self,
         trial_id: int,
@@ -150,10 +193,31 @@ class Repository(Protocol):
     def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None: ...
     def list_checkpoints(self, trial_id: int) -> list[Checkpoint]: ...
     def mark_checkpoint_deleted(self, checkpoint_id: int) -> None: ...
+    def checkpoint_bytes_by_tenant(self) -> dict[str, int]:
+        """Bytes of the kept (not deleted) checkpoints of each tenant that has any."""
+        ...
 
-    # trial events (an audit trail shown by `trainhub show`)
+
+class EventStore(Protocol):
+    """Trial events: the audit trail `trainhub show` prints."""
+
     def add_event(self, trial_id: int, kind: str, message: str, now: float) -> None: ...
     def list_events(self, trial_id: int, limit: int = 100) -> list[TrialEvent]: ...
+
+
+class Repository(
+    TenantStore,
+    AuthStore,
+    ExperimentStore,
+    TrialStore,
+    AttemptStore,
+    UsageStore,
+    MetricStore,
+    CheckpointStore,
+    EventStore,
+    Protocol,
+):
+    """Every role: what one unit of work yields."""
 
 
 UnitOfWork = Callable[[], AbstractContextManager[Repository]]

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from trainhub.core.errors import InvalidRequest
-from trainhub.core.fairshare import advance_usage, mean_life_s
+from trainhub.core.fairshare import DecayedUsage
 from trainhub.service.auth import require_user, visible_tenants
 from trainhub.service.clock import Clock
 from trainhub.service.ports import Principal
 from trainhub.service.records import AttemptUsage
 from trainhub.service.repository import UnitOfWork
+from trainhub.service.tracking import StorageQuota
 
 DAY_S = 86_400.0
+
+# the decayed usage that fair share orders by: one ledger for the server and the simulator
+__all__ = ["DAY_S", "DecayedUsage", "UsageReport", "UsageRow", "UsageService", "account"]
 
 
 @dataclass(frozen=True)
@@ -43,11 +47,21 @@ class TenantShareRow:
 
 
 @dataclass(frozen=True)
+class TenantStorageRow:
+    tenant: str
+    checkpoint_bytes: int  # kept checkpoints now
+    max_storage_bytes: int
+    max_trial_storage_bytes: int
+    max_checkpoint_bytes: int
+
+
+@dataclass(frozen=True)
 class UsageReport:
     since: float
     until: float
     rows: list[UsageRow]
     tenants: list[TenantShareRow]
+    storage: list[TenantStorageRow] = field(default_factory=list)
 
 
 def _day(timestamp: float) -> str:
@@ -102,6 +116,19 @@ class UsageService:
                 a for a in repo.attempt_usage(since) if allowed is None or a.tenant in allowed
             ]
             tenants = [t for t in repo.list_tenants() if allowed is None or t.name in allowed]
+            stored = repo.checkpoint_bytes_by_tenant()
+        storage = []
+        for tenant in tenants:
+            quota = StorageQuota.of(tenant)
+            storage.append(
+                TenantStorageRow(
+                    tenant.name,
+                    stored.get(tenant.name, 0),
+                    quota.max_storage_bytes,
+                    quota.max_trial_storage_bytes,
+                    quota.max_checkpoint_bytes,
+                )
+            )
         totals = account(attempts, since, min(until, now))
         rows = [
             UsageRow(day, tenant, user, project, seconds / 3600.0)
@@ -119,42 +146,4 @@ class UsageService:
             shares.append(
                 TenantShareRow(tenant.name, tenant.guaranteed_slots, slot_hours, average, ratio)
             )
-        return UsageReport(since, until, rows, shares)
-
-
-class DecayedUsage:
-    """Each tenant's decayed slot-seconds (fair share), kept in memory by the control loop.
-
-    Rebuilt exactly from the attempts table when the control plane starts, then advanced at
-    every tick with the slots each tenant holds.
-    """
-
-    def __init__(self, half_life_s: float) -> None:
-        self.half_life_s = half_life_s
-        self._usage: dict[str, float] = {}
-        self._at: float | None = None
-
-    def rebuild(self, attempts: Iterable[AttemptUsage], now: float) -> None:
-        tau = mean_life_s(self.half_life_s)
-        usage: dict[str, float] = defaultdict(float)
-        for a in attempts:
-            end = min(a.end if a.end is not None else now, now)
-            if end <= a.start or a.num_slots <= 0:
-                continue
-            usage[a.tenant] += (
-                a.num_slots
-                * tau
-                * (math.exp(-(now - end) / tau) - math.exp(-(now - a.start) / tau))
-            )
-        self._usage = dict(usage)
-        self._at = now
-
-    def advance(self, slots_held: Mapping[str, float], now: float) -> Mapping[str, float]:
-        if self._at is not None and now > self._at:
-            self._usage = advance_usage(self._usage, slots_held, now - self._at, self.half_life_s)
-        self._at = now if self._at is None else max(self._at, now)
-        return dict(self._usage)
-
-    @property
-    def initialized(self) -> bool:
-        return self._at is not None
+        return UsageReport(since, until, rows, shares, storage)

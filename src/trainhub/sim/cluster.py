@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainhub.core.resources import Node
+from trainhub.core.scheduling.view import NodeFacts
 
 
 @dataclass(frozen=True)
@@ -16,6 +18,17 @@ class NodeSpec:
     num_cpus: float = 1e6
     gpu_model: str | None = None
     gpu_temperature_c: float | None = None
+    memory_gb: float = math.inf
+
+    def facts(self) -> NodeFacts:
+        return NodeFacts(
+            node_id=self.node_id,
+            total_gpus=self.num_gpus,
+            total_cpus=self.num_cpus,
+            total_memory_gb=self.memory_gb,
+            gpu_model=self.gpu_model,
+            gpu_temperature_c=self.gpu_temperature_c,
+        )
 
     def node(self) -> Node:
         return Node(
@@ -26,6 +39,8 @@ class NodeSpec:
             free_cpus=self.num_cpus,
             gpu_model=self.gpu_model,
             gpu_temperature_c=self.gpu_temperature_c,
+            total_memory_gb=self.memory_gb,
+            free_memory_gb=self.memory_gb,
         )
 
 
@@ -47,13 +62,20 @@ class ClusterSpec:
         gpus_per_node: int,
         cpus_per_node: float = 1e6,
         gpu_model: str | None = None,
+        memory_gb_per_node: float = math.inf,
     ) -> ClusterSpec:
         if num_nodes < 1 or gpus_per_node < 0:
             raise ValueError("num_nodes must be >= 1 and gpus_per_node >= 0")
         width = len(str(num_nodes - 1))
         return cls(
             tuple(
-                NodeSpec(f"node-{i:0{width}d}", gpus_per_node, cpus_per_node, gpu_model)
+                NodeSpec(
+                    f"node-{i:0{width}d}",
+                    gpus_per_node,
+                    cpus_per_node,
+                    gpu_model,
+                    memory_gb=memory_gb_per_node,
+                )
                 for i in range(num_nodes)
             )
         )
@@ -90,6 +112,12 @@ def load_openb_nodes(path: Path) -> ClusterSpec:
             if gpus <= 0:
                 continue
             nodes.append(
-                NodeSpec(row["sn"], gpus, float(row["cpu_milli"]) / 1000.0, row["model"] or None)
+                NodeSpec(
+                    row["sn"],
+                    gpus,
+                    float(row["cpu_milli"]) / 1000.0,
+                    row["model"] or None,
+                    memory_gb=float(row.get("memory_mib") or 0) / 1024.0 or math.inf,
+                )
             )
     return ClusterSpec(tuple(nodes))

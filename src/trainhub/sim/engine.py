@@ -20,33 +20,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from trainhub.core.resources import Node
-from trainhub.core.scheduling import (
-    BasePolicy,
-    QueuedTrial,
-    RunningTrial,
-    Snapshot,
-    TenantShare,
-    TrialQueue,
-    split_decisions,
-)
-from trainhub.core.scheduling.nodepool import NodePool
-from trainhub.core.scheduling.nodetable import HOT_GPU_TEMPERATURE_C, NodeTable
-from trainhub.core.scheduling.queue import shape_of
-from trainhub.core.scheduling.runningtable import RunningTable
+from trainhub.core.fairshare import DecayedUsage, scaled_guarantees
+from trainhub.core.resources import can_ever_fit
+from trainhub.core.scheduling import BasePolicy, TenantShare, split_decisions
+from trainhub.core.scheduling.view import SnapshotBuilder, TrialFacts
+from trainhub.core.states import TrialState
 from trainhub.sim.cluster import ClusterSpec
-from trainhub.sim.ledger import DecayedUsage, TenantTimeline
+from trainhub.sim.idle import IdleWhileFits
+from trainhub.sim.ledger import TenantTimeline
 from trainhub.sim.metrics import JobRecord, SimResult
 from trainhub.sim.trace import TraceJob
 
 _FINISH, _RELEASE, _WAKE = 0, 1, 2
-
-
-def _with_free(node: Node, gpus: int, cpus: float) -> Node:
-    """``replace(node, free_gpus=..., free_cpus=...)`` without its per-call introspection."""
-    new = object.__new__(Node)
-    new.__dict__.update(node.__dict__, free_gpus=gpus, free_cpus=cpus)
-    return new
 
 
 class SimulationError(RuntimeError):
@@ -126,50 +111,42 @@ class Simulator:
     def _run(self, wall: float) -> SimResult:
         cfg = self.config
         policy = self.policy
-        hot = getattr(
-            getattr(policy, "config", None), "hot_gpu_temperature_c", HOT_GPU_TEMPERATURE_C
-        )
-        nodes: dict[str, Node] = {spec.node_id: spec.node() for spec in self.cluster.nodes}
-        free_g = {i: n.free_gpus for i, n in nodes.items()}
-        free_c = {i: n.free_cpus for i, n in nodes.items()}
-        table = NodeTable(nodes.values(), hot)
-        changed: dict[str, Node] = {}
-        fits_pool = NodePool(table, hot)
+        # the control loop's own snapshot builder: the policy sees the same view of the same facts
+        builder = SnapshotBuilder.for_policy(policy)
+        node_facts = [spec.facts() for spec in self.cluster.nodes]
+        builder.set_nodes(node_facts)
+        total_g = {n.node_id: n.total_gpus for n in node_facts}
+        free_g = dict(total_g)
+        free_c = {n.node_id: n.total_cpus for n in node_facts}
+        free_m = {n.node_id: n.total_memory_gb for n in node_facts}
 
         jobs = self.jobs
-        by_id = {j.job_id: j for j in jobs}
         requests = {j.job_id: j.request() for j in jobs}
         records = {
             j.job_id: JobRecord(j.job_id, j.tenant, j.num_gpus, j.submit_s, j.duration_s)
             for j in jobs
         }
-        rejected = [
-            j.job_id
-            for j in jobs
-            if not fits_pool.fits_empty(requests[j.job_id], shape_of(requests[j.job_id]))
-        ]
+        nodes_now = [spec.node() for spec in self.cluster.nodes]
+        rejected = [j.job_id for j in jobs if can_ever_fit(requests[j.job_id], nodes_now)]
         skip = set(rejected)
         arrivals = [j for j in jobs if j.job_id not in skip]
+        by_id = {j.job_id: j for j in arrivals}
         remaining = {j.job_id: j.duration_s for j in arrivals}
         attained: dict[int, float] = {}
         preemptions: dict[int, int] = {}
         attempt: dict[int, int] = {}
         started_at: dict[int, float] = {}
         overhead: dict[int, float] = {}
-        queued_objs: dict[int, QueuedTrial] = {}
-        running: dict[int, RunningTrial] = {}
-        table_running = RunningTable()
-        run_changed: dict[int, RunningTrial] = {}
-        run_removed: set[int] = set()
-        queue = TrialQueue((), policy.queue_order)
+        facts: dict[int, TrialFacts] = {}
         tenant_names = sorted({j.tenant for j in arrivals} | set(self.tenants))
         start = arrivals[0].submit_s if arrivals else 0.0
-        timeline = TenantTimeline(
-            tenant_names,
+        # fairness is measured against the guarantees the policy can honour (scaled to fit)
+        guarantees = scaled_guarantees(
             {t: self.tenants.get(t, TenantShare()).guaranteed_slots for t in tenant_names},
-            start,
+            self.cluster.total_gpus,
         )
-        usage = DecayedUsage(tenant_names, cfg.half_life_s, start)
+        timeline = TenantTimeline(tenant_names, guarantees, start)
+        usage = DecayedUsage(cfg.half_life_s, start, tenant_names)
         heap: list[tuple[float, int, int, int, int]] = []
         seq = 0
         next_wake = math.inf
@@ -180,32 +157,38 @@ class Simulator:
         last_pass = -math.inf
         lost_gpu_s = 0.0
         busy_gpu_s = 0.0
+        # GPU-time held while jobs still arrive: utilisation under the offered load
+        last_arrival = arrivals[-1].submit_s if arrivals else start
+        arriving_gpu_s = 0.0
         held = 0
         total_gpus = self.cluster.total_gpus
+        idle = IdleWhileFits(free_g, free_c, free_m, start)
 
-        def enqueue(job_id: int, at: float) -> QueuedTrial:
+        def queued_facts(job_id: int, at: float) -> TrialFacts:
             job = by_id[job_id]
-            trial = QueuedTrial(
+            made = TrialFacts(
                 trial_id=job_id,
                 tenant=job.tenant,
+                state=TrialState.QUEUED,
                 request=requests[job_id],
                 priority=job.priority,
                 queued_at=at,
                 submitted_at=job.submit_s,
-                expected_duration_s=remaining[job_id] if cfg.known_durations else None,
                 attained_service=attained.get(job_id, 0.0),
+                progress_s=job.duration_s - remaining[job_id],
+                expected_duration_s=job.duration_s if cfg.known_durations else None,
+                num_preemptions=preemptions.get(job_id, 0),
             )
-            queued_objs[job_id] = trial
-            return trial
+            facts[job_id] = made
+            return made
 
-        def release_capacity(trial: RunningTrial, sign: int) -> None:
-            g, c = trial.request.gpus_per_worker, trial.request.cpus_per_worker
-            for node_id in trial.placement:
-                free_g[node_id] += sign * g
-                free_c[node_id] += sign * c
-            for node_id in set(trial.placement):
-                node = _with_free(nodes[node_id], free_g[node_id], free_c[node_id])
-                nodes[node_id] = changed[node_id] = node
+        def hold(job_id: int, placement: tuple[str, ...], sign: int) -> None:
+            request = requests[job_id]
+            g, c, m = request.gpus_per_worker, request.cpus_per_worker, request.memory_gb_per_worker
+            for node_id in placement:
+                free_g[node_id] -= sign * g
+                free_c[node_id] -= sign * c
+                free_m[node_id] -= sign * m
 
         while at_arrival < len(arrivals) or heap:
             t_arrival = arrivals[at_arrival].submit_s if at_arrival < len(arrivals) else math.inf
@@ -213,13 +196,16 @@ class Simulator:
             now = min(t_arrival, t_event)
             if now > last:
                 busy_gpu_s += held * (now - last)
+                if last < last_arrival:
+                    arriving_gpu_s += held * (min(now, last_arrival) - last)
+                idle.advance(now)
                 last = now
-            added: list[QueuedTrial] = []
-            removed: list[QueuedTrial] = []
+            changed: list[TrialFacts] = []
+            gone: list[int] = []
             while at_arrival < len(arrivals) and arrivals[at_arrival].submit_s <= now:
                 job = arrivals[at_arrival]
                 at_arrival += 1
-                added.append(enqueue(job.job_id, now))
+                changed.append(queued_facts(job.job_id, now))
                 timeline.change(job.tenant, now, demand=job.num_gpus)
             while heap and heap[0][0] <= now:
                 _, _, kind, job_id, number = heapq.heappop(heap)
@@ -227,14 +213,10 @@ class Simulator:
                     if next_wake <= now:
                         next_wake = math.inf
                     continue
-                trial = running.get(job_id)
-                if trial is None or attempt.get(job_id) != number:
+                trial = facts.get(job_id)
+                if trial is None or not trial.state.is_active or attempt.get(job_id) != number:
                     continue
-                del running[job_id]
-                run_changed.pop(job_id, None)
-                if job_id in table_running.by_id:
-                    run_removed.add(job_id)
-                release_capacity(trial, +1)
+                hold(job_id, trial.placement, -1)
                 slots = trial.request.num_slots
                 held -= slots
                 timeline.change(trial.tenant, now, held=-slots)
@@ -245,6 +227,8 @@ class Simulator:
                 if kind == _FINISH:
                     record.finish_s = now
                     timeline.change(trial.tenant, now, demand=-slots)
+                    del facts[job_id]
+                    gone.append(job_id)
                     continue
                 productive = max(0.0, ran - overhead[job_id])
                 saved = productive
@@ -256,10 +240,11 @@ class Simulator:
                 saved = min(saved, remaining[job_id])
                 remaining[job_id] -= saved
                 lost_gpu_s += (productive - saved) * slots
-                added.append(enqueue(job_id, now))
-            if added:
-                queue = queue.added(added)
-            if not len(queue):
+                changed.append(queued_facts(job_id, now))
+            if changed or gone:
+                builder.update(changed, gone)
+                idle.changed(builder.queue)
+            if not builder.num_queued:
                 continue
             if cfg.pass_interval_s and now < last_pass + cfg.pass_interval_s:
                 tick = last_pass + cfg.pass_interval_s
@@ -269,33 +254,21 @@ class Simulator:
                     heapq.heappush(heap, (tick, seq, _WAKE, -1, 0))
                 continue
             last_pass = now
-            if changed:
-                table = table.updated(changed)
-                changed.clear()
             usage.now = now
-            if run_changed or run_removed:
-                table_running = table_running.updated(run_changed.values(), run_removed)
-                run_changed.clear()
-                run_removed.clear()
-            snapshot = Snapshot(
-                now=now,
-                nodes=table,
-                queue=queue,
-                running=table_running,
-                tenants=self.tenants,
-                tenant_usage=usage,
-            )
+            snapshot = builder.snapshot(now, self.tenants, usage)
             passes += 1
             if passes > cfg.max_passes:
                 raise SimulationError(f"more than {cfg.max_passes} scheduling passes")
             starts, preempts, wake_at = split_decisions(policy.decide(snapshot))
+            changed = []
             for preempt in preempts:
-                trial = running.get(preempt.trial_id)
-                if trial is None or trial.preempting:
+                trial = facts.get(preempt.trial_id)
+                if trial is None or trial.state is not TrialState.RUNNING:
                     raise SimulationError(f"preempt of trial {preempt.trial_id}, not running")
-                running[trial.trial_id] = run_changed[trial.trial_id] = replace(
-                    trial, preempting=True
-                )
+                if not trial.preemptible:
+                    raise SimulationError(f"preempt of trial {preempt.trial_id}, not preemptible")
+                changed.append(replace(trial, state=TrialState.PREEMPTING))
+                facts[trial.trial_id] = changed[-1]
                 preemptions[trial.trial_id] = preemptions.get(trial.trial_id, 0) + 1
                 records[trial.trial_id].preemptions += 1
                 seq += 1
@@ -311,8 +284,8 @@ class Simulator:
                 )
             for decision in starts:
                 job_id = decision.trial_id
-                queued = queued_objs.pop(job_id, None)
-                if queued is None:
+                queued = facts.get(job_id)
+                if queued is None or queued.state is not TrialState.QUEUED:
                     raise SimulationError(f"start of trial {job_id}, which is not queued")
                 request = requests[job_id]
                 if len(decision.placement) != request.num_workers:
@@ -322,49 +295,44 @@ class Simulator:
                     )
                 number = attempt.get(job_id, 0) + 1
                 cost = cfg.restart_overhead_s if number > 1 else 0.0
-                trial = RunningTrial(
-                    trial_id=job_id,
-                    tenant=queued.tenant,
-                    request=request,
+                trial = replace(
+                    queued,
+                    state=TrialState.RUNNING,
                     placement=decision.placement,
-                    priority=queued.priority,
-                    started_at=now,
-                    attained_service=attained.get(job_id, 0.0),
-                    submitted_at=queued.submitted_at,
-                    num_preemptions=preemptions.get(job_id, 0),
+                    attempt_started_at=now,
                     # progress (and so the work a preemption loses) counts from after the
                     # restart overhead; periodic checkpoints follow
                     last_checkpoint_at=now + cost,
                     checkpoint_every_s=cfg.checkpoint_interval_s or None,
                 )
-                release_capacity(trial, -1)
+                hold(job_id, decision.placement, +1)
                 for node_id in set(decision.placement):
-                    if free_g[node_id] < 0 or free_c[node_id] < -1e-9:
+                    if free_g[node_id] < 0 or free_c[node_id] < -1e-9 or free_m[node_id] < -1e-9:
                         raise SimulationError(f"trial {job_id} over-allocates node {node_id}")
                 attempt[job_id] = number
                 overhead[job_id] = cost
                 started_at[job_id] = now
                 end = now + cost + remaining[job_id]
-                if cfg.known_durations:
-                    trial = replace(trial, expected_duration_s=end - now)
-                running[job_id] = run_changed[job_id] = trial
+                facts[job_id] = trial
+                changed.append(trial)
                 held += request.num_slots
                 timeline.change(trial.tenant, now, held=request.num_slots)
                 usage.change(trial.tenant, now, request.num_slots)
                 record = records[job_id]
                 if record.first_start_s is None:
                     record.first_start_s = now
-                removed.append(queued)
                 seq += 1
                 heapq.heappush(heap, (end, seq, _FINISH, job_id, number))
-            if removed:
-                queue = queue.removed(removed)
+            if changed:
+                builder.update(changed)
+                idle.changed(builder.queue)
             if wake_at is not None and now < wake_at < next_wake:
                 next_wake = wake_at
                 seq += 1
                 heapq.heappush(heap, (wake_at, seq, _WAKE, -1, 0))
-            if not heap and at_arrival >= len(arrivals) and len(queue):
+            if not heap and at_arrival >= len(arrivals) and builder.num_queued:
                 break  # nothing will ever change: the rest can never start
+        idle.advance(last)
         timeline.settle(last)
         return SimResult(
             policy=policy.name,
@@ -376,5 +344,9 @@ class Simulator:
             passes=passes,
             timeline=timeline,
             wall_s=time.perf_counter() - wall,
+            idle_gpu_s=idle.idle_gpu_s,
+            arriving_gpu_s=arriving_gpu_s,
+            arriving_s=last_arrival - start,
+            span_s=last - start,
             cpu_s=time.process_time() - self._cpu_start,
         )

@@ -7,10 +7,7 @@ reads it): the cost is per change, not per event times the number of tenants.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Mapping, Sequence
-
-from trainhub.core.fairshare import mean_life_s
+from collections.abc import Mapping, Sequence
 
 
 class TenantTimeline:
@@ -58,38 +55,3 @@ class TenantTimeline:
             for t in self.tenants
             if self.entitled_gpu_s[t] > 0
         }
-
-
-class DecayedUsage(Mapping[str, float]):
-    """Decayed slot-seconds per tenant (see ``trainhub.core.fairshare``), read at ``now``."""
-
-    def __init__(self, tenants: Sequence[str], half_life_s: float, start_s: float) -> None:
-        self._rate = math.log(2.0) / half_life_s
-        self._tau = mean_life_s(half_life_s)
-        self._value = dict.fromkeys(tenants, 0.0)
-        self._held = dict.fromkeys(tenants, 0)
-        self._since = dict.fromkeys(tenants, start_s)
-        self.now = start_s
-
-    def _settle(self, tenant: str, now: float) -> float:
-        span = now - self._since[tenant]
-        if span > 0:
-            factor = math.exp(-span * self._rate)
-            self._value[tenant] = self._value[tenant] * factor + self._held[tenant] * self._tau * (
-                1.0 - factor
-            )
-            self._since[tenant] = now
-        return self._value[tenant]
-
-    def change(self, tenant: str, now: float, held: int) -> None:
-        self._settle(tenant, now)
-        self._held[tenant] += held
-
-    def __getitem__(self, tenant: str) -> float:
-        return self._settle(tenant, self.now)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._value)
-
-    def __len__(self) -> int:
-        return len(self._value)

@@ -66,6 +66,13 @@ class SimResult:
     wall_s: float
     # CPU time of the simulating process (the wall time depends on what else runs)
     cpu_s: float = 0.0
+    # GPU-time idle while a waiting trial would have fit on it (trainhub.sim.idle)
+    idle_gpu_s: float = 0.0
+    # simulated time from the first arrival to the last event
+    span_s: float = 0.0
+    # GPU-time held, and simulated time, from the first arrival to the last one
+    arriving_gpu_s: float = 0.0
+    arriving_s: float = 0.0
     extra: dict[str, object] = field(default_factory=dict)
 
     def summary(self) -> dict[str, object]:
@@ -97,6 +104,17 @@ class SimResult:
             "makespan_s": makespan,
             "utilisation": self.busy_gpu_s / capacity if capacity else math.nan,
             "preemptions": sum(r.preemptions for r in self.records),
+            "preemptions_per_job": (
+                sum(r.preemptions for r in self.records) / len(done) if done else math.nan
+            ),
+            "utilisation_while_arriving": (
+                self.arriving_gpu_s / (self.total_gpus * self.arriving_s)
+                if self.arriving_s
+                else math.nan
+            ),
+            "idle_while_fits": (
+                self.idle_gpu_s / (self.total_gpus * self.span_s) if self.span_s else 0.0
+            ),
             "lost_gpu_h": self.lost_gpu_s / 3600.0,
             "fairness_min_ratio": min(ratios.values()) if ratios else math.nan,
             "fairness_jain": jain_index(ratios) if ratios else math.nan,

@@ -43,6 +43,7 @@ class TraceJob:
     cpus_per_worker: float = 0.0
     single_node: bool = False
     node_labels: dict[str, str] = field(default_factory=dict)
+    memory_gb_per_worker: float = 0.0
 
     def __post_init__(self) -> None:
         if self.num_gpus < 1 or self.num_gpus % self.gpus_per_worker:
@@ -60,6 +61,7 @@ class TraceJob:
             cpus_per_worker=self.cpus_per_worker,
             single_node=self.single_node,
             node_labels=dict(self.node_labels),
+            memory_gb_per_worker=self.memory_gb_per_worker,
         )
 
 
@@ -81,6 +83,7 @@ def _renumber(jobs: Iterable[TraceJob]) -> list[TraceJob]:
             cpus_per_worker=j.cpus_per_worker,
             single_node=j.single_node,
             node_labels=j.node_labels,
+            memory_gb_per_worker=j.memory_gb_per_worker,
         )
         for i, j in enumerate(ordered)
     ]
@@ -168,6 +171,7 @@ def load_openb_pods(path: Path, limit: int | None = None) -> list[TraceJob]:
                     tenant=row.get("qos") or "default",
                     gpus_per_worker=gpus,
                     cpus_per_worker=float(row["cpu_milli"]) / 1000.0,
+                    memory_gb_per_worker=float(row.get("memory_mib") or 0) / 1024.0,
                     single_node=True,
                 )
             )

@@ -286,7 +286,9 @@ def test_a_tenant_below_its_guarantee_may_reclaim_for_a_gang_larger_than_it_is_o
 
 
 def test_a_new_trial_displaces_a_long_running_one_of_its_own_tenant() -> None:
-    config = FairShareConfig(service_thresholds_slot_s=(3600.0,), min_run_time_s=0.0)
+    config = FairShareConfig(
+        service_thresholds_slot_s=(3600.0,), min_run_time_s=0.0, displace_by_service=True
+    )
     run = [running(10, "a", ["n"], started_at=0.0, attained=0.0)]
     _, out = decide(
         config,
@@ -298,8 +300,23 @@ def test_a_new_trial_displaces_a_long_running_one_of_its_own_tenant() -> None:
     assert preempted(out) == {10}
 
 
-def test_no_displacement_between_trials_of_the_same_band() -> None:
+def test_by_default_bands_order_the_queue_but_displace_no_one() -> None:
     config = FairShareConfig(service_thresholds_slot_s=(3600.0,), min_run_time_s=0.0)
+    run = [running(10, "a", ["n"], started_at=0.0, attained=0.0)]
+    _, out = decide(
+        config,
+        nodes=[node("n", 1, free=0)],
+        run=run,
+        queue=[queued(1, "a", at=7000.0)],
+        now=7200.0,
+    )
+    assert preempted(out) == set()
+
+
+def test_no_displacement_between_trials_of_the_same_band() -> None:
+    config = FairShareConfig(
+        service_thresholds_slot_s=(3600.0,), min_run_time_s=0.0, displace_by_service=True
+    )
     run = [running(10, "a", ["n"], started_at=0.0)]
     _, out = decide(
         config, nodes=[node("n", 1, free=0)], run=run, queue=[queued(1, "a", at=100.0)], now=200.0
@@ -308,7 +325,9 @@ def test_no_displacement_between_trials_of_the_same_band() -> None:
 
 
 def test_displacement_stays_inside_the_tenant() -> None:
-    config = FairShareConfig(service_thresholds_slot_s=(3600.0,), min_run_time_s=0.0)
+    config = FairShareConfig(
+        service_thresholds_slot_s=(3600.0,), min_run_time_s=0.0, displace_by_service=True
+    )
     run = [running(10, "b", ["n"], started_at=0.0)]
     _, out = decide(
         config,
@@ -328,3 +347,21 @@ def test_config_is_validated() -> None:
         FairShareConfig(min_run_time_s=-1.0)
     with pytest.raises(ValueError, match="service_thresholds_slot_s"):
         FairShareConfig(service_thresholds_slot_s=(10.0, 5.0))
+
+
+def test_tenant_limit_reason_says_cpus_for_cpu_slots() -> None:
+    from dataclasses import replace
+
+    from trainhub.core.resources import ResourceRequest
+
+    cpu_only = ResourceRequest(num_workers=4, gpus_per_worker=0, cpus_per_worker=1.0)
+    tenants = {"a": TenantShare(guaranteed_slots=0, limit_slots=4)}
+    _, out = decide(
+        nodes=[node("n", 0, cpus=16)],
+        queue=[replace(queued(i, gpus=0), request=cpu_only) for i in (1, 2)],
+        tenants=tenants,
+    )
+    d = by_id(out)
+    assert isinstance(d[1], Start)
+    assert isinstance(d[2], Pending)
+    assert d[2].reason.startswith("tenant quota of 4 CPUs in use")

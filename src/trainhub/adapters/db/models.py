@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -30,6 +31,10 @@ class TenantRow(Base):
     limit_slots: Mapped[int | None] = mapped_column(Integer, nullable=True)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     created_at: Mapped[float] = mapped_column(Float)
+    # storage quotas set by admins; NULL: the server's default (trainhub.core.limits)
+    max_checkpoint_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_trial_storage_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_storage_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class UserRow(Base):
@@ -106,6 +111,11 @@ class TrialRow(Base):
     progress: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
     queue_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # run time and slot-seconds of the trial's ended attempts (the scheduler's attained service)
+    run_time_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    attained_service: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # run time the latest checkpoint holds (where the next attempt resumes)
+    progress_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class AttemptRow(Base):
@@ -125,6 +135,8 @@ class AttemptRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stop_requested_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    terminate_sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class MetricRow(Base):
@@ -132,7 +144,7 @@ class MetricRow(Base):
     __table_args__ = (UniqueConstraint("trial_id", "step"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"), index=True)
-    step: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(BigInteger)
     attempt: Mapped[int] = mapped_column(Integer)
     values: Mapped[dict[str, Any]] = mapped_column(JSON)
     reported_at: Mapped[float] = mapped_column(Float)
@@ -143,11 +155,11 @@ class CheckpointRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"), index=True)
     uuid: Mapped[str] = mapped_column(String(64), unique=True)
-    step: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(BigInteger)
     attempt: Mapped[int] = mapped_column(Integer)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
     storage_key: Mapped[str] = mapped_column(String(512))
-    size_bytes: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[float] = mapped_column(Float)
     deleted: Mapped[bool] = mapped_column(Boolean, default=False)
 

@@ -23,19 +23,35 @@ from trainhub.adapters.db.models import (
     UserRow,
 )
 from trainhub.core.errors import Conflict, NotFound
-from trainhub.core.states import ExperimentState, TrialState, check_transition
+from trainhub.core.states import AttemptOutcome, ExperimentState, TrialState
 from trainhub.service.records import (
     Attempt,
+    AttemptUpdate,
     AttemptUsage,
     Checkpoint,
+    CheckpointTimes,
     Experiment,
+    FinishedRun,
     MetricPoint,
+    RecordedTrial,
     Tenant,
+    TenantUpdate,
     Token,
     Trial,
     TrialEvent,
+    TrialOwner,
+    TrialUpdate,
     User,
 )
+
+# SQLite limits the number of bound parameters of one statement
+_CHUNK = 900
+
+
+def _chunks(ids: Sequence[int]) -> Iterator[list[int]]:
+    values = list(ids)
+    for start in range(0, len(values), _CHUNK):
+        yield values[start : start + _CHUNK]
 
 
 class SqlUnitOfWork:
@@ -57,7 +73,16 @@ class SqlUnitOfWork:
 
 
 def _tenant(row: TenantRow) -> Tenant:
-    return Tenant(row.id, row.name, row.guaranteed_slots, row.limit_slots, row.weight)
+    return Tenant(
+        row.id,
+        row.name,
+        row.guaranteed_slots,
+        row.limit_slots,
+        row.weight,
+        row.max_checkpoint_bytes,
+        row.max_trial_storage_bytes,
+        row.max_storage_bytes,
+    )
 
 
 def _token(row: TokenRow) -> Token:
@@ -90,6 +115,8 @@ def _attempt(row: AttemptRow) -> Attempt:
         row.started_at,
         row.ended_at,
         row.num_slots,
+        row.stop_requested_at,
+        row.terminate_sent_at,
     )
 
 
@@ -152,6 +179,9 @@ class SqlRepository:
             dict(row.progress or {}),
             row.message,
             row.queue_position,
+            row.run_time_s or 0.0,
+            row.attained_service or 0.0,
+            row.progress_s or 0.0,
         )
 
     def _experiment(self, row: ExperimentRow, tenants: dict[int, str] | None = None) -> Experiment:
@@ -203,9 +233,9 @@ class SqlRepository:
     def list_tenants(self) -> list[Tenant]:
         return [_tenant(r) for r in self.s.scalars(select(TenantRow).order_by(TenantRow.name))]
 
-    def update_tenant(self, name: str, **fields: Any) -> Tenant:
+    def update_tenant(self, name: str, update: TenantUpdate) -> Tenant:
         row = self._tenant_row(name)
-        for key, value in fields.items():
+        for key, value in update.changes().items():
             setattr(row, key, value)
         self.s.flush()
         return _tenant(row)
@@ -400,21 +430,17 @@ class SqlRepository:
         tenants = self._tenant_names()
         return [self._trial(r, tenants[r.tenant_id]) for r in rows]
 
-    def set_trial_state(self, trial_id: int, state: TrialState, **fields: Any) -> Trial:
+    def update_trial(
+        self, trial_id: int, update: TrialUpdate, expected_state: TrialState | None = None
+    ) -> Trial:
         row = self._trial_row(trial_id)
-        check_transition(TrialState(row.state), state)
-        row.state = state.value
-        for key, value in fields.items():
-            setattr(row, key, value)
-        self.s.flush()
-        return self._trial(row)
-
-    def update_trial(self, trial_id: int, **fields: Any) -> Trial:
-        if "state" in fields:
-            raise ValueError("change a trial's state with set_trial_state")
-        row = self._trial_row(trial_id)
-        for key, value in fields.items():
-            setattr(row, key, value)
+        if expected_state is not None and row.state != expected_state.value:
+            raise Conflict(
+                f"trial {trial_id} is {row.state}, not {expected_state} any more",
+                "another change came first; read the trial again",
+            )
+        for key, value in update.changes().items():
+            setattr(row, key, value.value if isinstance(value, TrialState) else value)
         self.s.flush()
         return self._trial(row)
 
@@ -459,15 +485,10 @@ class SqlRepository:
 
     def open_attempts(self, trial_ids: Sequence[int]) -> dict[int, Attempt]:
         found: dict[int, Attempt] = {}
-        ids = list(trial_ids)
-        # in chunks: SQLite limits the number of bound parameters of one statement
-        for start in range(0, len(ids), 900):
+        for chunk in _chunks(trial_ids):
             rows = self.s.scalars(
                 select(AttemptRow)
-                .where(
-                    AttemptRow.trial_id.in_(ids[start : start + 900]),
-                    AttemptRow.outcome.is_(None),
-                )
+                .where(AttemptRow.trial_id.in_(chunk), AttemptRow.outcome.is_(None))
                 .order_by(AttemptRow.number)
             )
             for row in rows:
@@ -480,9 +501,9 @@ class SqlRepository:
         )
         return [_attempt(r) for r in rows]
 
-    def update_attempt(self, attempt_id: int, **fields: Any) -> Attempt:
+    def update_attempt(self, attempt_id: int, update: AttemptUpdate) -> Attempt:
         row = self.s.get_one(AttemptRow, attempt_id)
-        for key, value in fields.items():
+        for key, value in update.changes().items():
             setattr(row, key, list(value) if isinstance(value, tuple) else value)
         self.s.flush()
         return _attempt(row)
@@ -508,14 +529,111 @@ class SqlRepository:
         return [AttemptUsage(*row) for row in self.s.execute(query)]
 
     def count_outcomes(self, trial_ids: Sequence[int], outcome: str) -> dict[int, int]:
-        if not trial_ids:
-            return {}
+        counts: dict[int, int] = {}
+        for chunk in _chunks(trial_ids):
+            query = (
+                select(AttemptRow.trial_id, func.count())
+                .where(AttemptRow.trial_id.in_(chunk), AttemptRow.outcome == outcome)
+                .group_by(AttemptRow.trial_id)
+            )
+            counts.update((int(t), int(n)) for t, n in self.s.execute(query))
+        return counts
+
+    # -- scheduler facts --
+    def checkpoint_times(self, trial_ids: Sequence[int]) -> dict[int, CheckpointTimes]:
+        by_trial: dict[int, CheckpointTimes] = {}
+        for chunk in _chunks(trial_ids):
+            query = (
+                select(
+                    CheckpointRow.trial_id,
+                    CheckpointRow.attempt,
+                    func.min(CheckpointRow.created_at),
+                    func.max(CheckpointRow.created_at),
+                    func.count(),
+                )
+                .where(CheckpointRow.trial_id.in_(chunk))
+                .group_by(CheckpointRow.trial_id, CheckpointRow.attempt)
+                .order_by(CheckpointRow.trial_id, CheckpointRow.attempt)
+            )
+            for trial_id, attempt, first, last, count in self.s.execute(query):
+                known = by_trial.get(trial_id)
+                interval = (last - first) / (count - 1) if count > 1 else None
+                if interval is None and known is not None:
+                    interval = known.interval_s  # an earlier attempt's rhythm
+                by_trial[trial_id] = CheckpointTimes(trial_id, attempt, last, interval)
+        return by_trial
+
+    def trial_owners(self, trial_ids: Sequence[int]) -> dict[int, TrialOwner]:
+        owners: dict[int, TrialOwner] = {}
+        for chunk in _chunks(trial_ids):
+            query = (
+                select(TrialRow.id, UserRow.username, ExperimentRow.project)
+                .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)
+                .join(UserRow, UserRow.id == ExperimentRow.owner_id)
+                .where(TrialRow.id.in_(chunk))
+            )
+            owners.update((int(i), TrialOwner(int(i), u, p)) for i, u, p in self.s.execute(query))
+        return owners
+
+    def finished_runs(self, limit: int = 5000) -> list[FinishedRun]:
         query = (
-            select(AttemptRow.trial_id, func.count())
-            .where(AttemptRow.trial_id.in_(list(trial_ids)), AttemptRow.outcome == outcome)
-            .group_by(AttemptRow.trial_id)
+            select(UserRow.username, ExperimentRow.project, TrialRow.run_time_s)
+            .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)
+            .join(UserRow, UserRow.id == ExperimentRow.owner_id)
+            .where(TrialRow.state == TrialState.COMPLETED.value, TrialRow.run_time_s > 0)
+            .order_by(TrialRow.ended_at.desc(), TrialRow.id.desc())
+            .limit(limit)
         )
-        return {int(trial_id): int(count) for trial_id, count in self.s.execute(query)}
+        return [FinishedRun(u, p, float(r)) for u, p, r in self.s.execute(query)]
+
+    def trial_history(self, since: float | None = None) -> list[RecordedTrial]:
+        first = (
+            select(AttemptRow.trial_id, func.min(AttemptRow.created_at).label("first_at"))
+            .group_by(AttemptRow.trial_id)
+            .subquery()
+        )
+        preempted = (
+            select(AttemptRow.trial_id, func.count().label("num"))
+            .where(AttemptRow.outcome == AttemptOutcome.PREEMPTED.value)
+            .group_by(AttemptRow.trial_id)
+            .subquery()
+        )
+        query = (
+            select(
+                TrialRow,
+                TenantRow.name,
+                UserRow.username,
+                ExperimentRow.project,
+                ExperimentRow.spec,
+                first.c.first_at,
+                preempted.c.num,
+            )
+            .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)
+            .join(TenantRow, TenantRow.id == TrialRow.tenant_id)
+            .join(UserRow, UserRow.id == ExperimentRow.owner_id)
+            .outerjoin(first, first.c.trial_id == TrialRow.id)
+            .outerjoin(preempted, preempted.c.trial_id == TrialRow.id)
+            .order_by(TrialRow.submitted_at, TrialRow.id)
+        )
+        if since is not None:
+            query = query.where(TrialRow.submitted_at >= since)
+        return [
+            RecordedTrial(
+                trial_id=row.id,
+                tenant=tenant,
+                user=user,
+                project=project,
+                priority=row.priority,
+                state=TrialState(row.state),
+                spec=dict(spec),
+                submitted_at=row.submitted_at,
+                first_start_at=first_at,
+                ended_at=row.ended_at,
+                run_time_s=row.run_time_s or 0.0,
+                num_preemptions=int(num or 0),
+            )
+            for row, tenant, user, project, spec, first_at, num in self.s.execute(query)
+        ]
 
     # -- metrics --
     def upsert_metrics(
@@ -613,6 +731,16 @@ class SqlRepository:
             .order_by(CheckpointRow.step, CheckpointRow.id)
         )
         return [_checkpoint(r) for r in rows]
+
+    def checkpoint_bytes_by_tenant(self) -> dict[str, int]:
+        query = (
+            select(TenantRow.name, func.coalesce(func.sum(CheckpointRow.size_bytes), 0))
+            .join(TrialRow, TrialRow.tenant_id == TenantRow.id)
+            .join(CheckpointRow, CheckpointRow.trial_id == TrialRow.id)
+            .where(CheckpointRow.deleted.is_(False))
+            .group_by(TenantRow.name)
+        )
+        return {name: int(total) for name, total in self.s.execute(query)}
 
     def mark_checkpoint_deleted(self, checkpoint_id: int) -> None:
         self.s.get_one(CheckpointRow, checkpoint_id).deleted = True

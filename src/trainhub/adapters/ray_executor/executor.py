@@ -100,6 +100,12 @@ class RayExecutor:
             group's PACK/SPREAD strategy decides.
         node_work_dir: where nodes unpack attempts (default ``$TRAINHUB_NODE_WORK_DIR`` on the
             node, else a directory under the node's temp dir).
+        sandbox: ``bwrap`` runs every rank in a bubblewrap sandbox (trainhub.adapters.sandbox),
+            ``none`` as a plain process; resolve ``auto`` with ``sandbox.resolve_mode`` first.
+        checkpoint_root: where each trial's ``TRAINHUB_CHECKPOINT_DIR`` lives (a folder that
+            outlives attempts; the control plane's storage root); default: the node work dir.
+        data_dir: datasets every rank may read (``TRAINHUB_DATA_DIR``, read-only).
+        denied: paths never mounted into a sandbox (the control plane's home, database, ...).
     """
 
     def __init__(
@@ -111,7 +117,17 @@ class RayExecutor:
         fail_fast_grace_s: float | None = 10.0,
         exact_placement: bool = True,
         node_work_dir: str | None = None,
+        sandbox: str = "none",
+        checkpoint_root: str | None = None,
+        data_dir: str | None = None,
+        denied: tuple[str, ...] = (),
     ) -> None:
+        if sandbox not in ("bwrap", "none"):
+            raise ValueError(f"sandbox must be 'bwrap' or 'none' (resolve 'auto' first): {sandbox}")
+        self.sandbox = sandbox
+        self._checkpoint_root = checkpoint_root
+        self._data_dir = data_dir
+        self._denied = tuple(denied)
         self.address = address
         self.namespace = namespace
         self._poll_timeout_s = poll_timeout_s
@@ -225,6 +241,11 @@ class RayExecutor:
             env=dict(launch.env),
             fail_fast_grace_s=self._fail_fast_grace_s,
             node_work_dir=self._node_work_dir,
+            trial_id=launch.trial_id,
+            sandbox=self.sandbox,
+            checkpoint_root=self._checkpoint_root,
+            data_dir=self._data_dir,
+            denied=self._denied,
         )
         return _RankWorkerActor.options(
             name=actor_name(launch.attempt_key, rank),

@@ -53,16 +53,23 @@ class HeadRecord:
 
 
 def ensure_local_ray(
-    state_dir: Path, num_cpus: int | None = None, num_gpus: int | None = None
+    state_dir: Path,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
 ) -> str:
     """Return the address of the local Ray head of ``state_dir``, starting one if needed.
 
     A head recorded in ``state_dir`` is reused when its GCS and raylet processes still run and
     its port answers; a stale record (machine rebooted, head killed) is cleaned up and replaced.
-    ``num_cpus``/``num_gpus`` apply only to a head started now (``None``: what Ray detects).
+    ``num_cpus``/``num_gpus`` apply only to a head started now (``None``: what Ray detects;
+    ``num_gpus`` may advertise GPUs a machine lacks, which tests of GPU placement use).
+    Ray 2.60 cannot keep a head on the loopback interface (``--node-ip-address=127.0.0.1`` is
+    replaced by the machine's address and GCS/raylet listen on every interface): token
+    authentication is what guards its ports (see docs/adr/0007-sandboxed-ranks.md).
     """
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(state_dir, 0o700)  # the head's record and the trials' work folders
     with _locked(state_dir):
         record = read_record(state_dir)
         if record is not None:
@@ -115,10 +122,10 @@ def head_answers(record: HeadRecord) -> bool:
 def _start_head(state_dir: Path, num_cpus: int | None, num_gpus: int | None) -> HeadRecord:
     temp_dir = _temp_dir_for(state_dir)
     shutil.rmtree(temp_dir, ignore_errors=True)
-    temp_dir.mkdir(parents=True)
+    temp_dir.mkdir(parents=True, mode=0o700)
     env = dict(os.environ)
     if env.get("RAY_AUTH_MODE", "").lower() != "disabled":
-        _ensure_auth_token()
+        ensure_auth_token()
         env["RAY_AUTH_MODE"] = "token"
     env.setdefault("TRAINHUB_NODE_WORK_DIR", str(state_dir / "work"))
     env.pop("RAY_ADDRESS", None)
@@ -185,8 +192,12 @@ def _temp_dir_for(state_dir: Path) -> Path:
     return base / f"trainhub-ray-{digest}"
 
 
-def _ensure_auth_token() -> None:
-    """Create ~/.ray/auth_token (what `ray get-auth-token --generate` does) if no token exists."""
+def ensure_auth_token() -> None:
+    """Create ~/.ray/auth_token (what `ray get-auth-token --generate` does) if no token exists.
+
+    Call it before starting any Ray node with token authentication on a machine (or HOME) that
+    never ran Ray: Ray refuses to start one without a token.
+    """
     if os.environ.get("RAY_AUTH_TOKEN"):
         return
     token_path = os.environ.get("RAY_AUTH_TOKEN_PATH")
@@ -197,7 +208,7 @@ def _ensure_auth_token() -> None:
     path = Path.home() / ".ray" / "auth_token"
     if path.is_file() and path.stat().st_size > 0:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with contextlib.suppress(FileExistsError):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
@@ -271,3 +282,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
         return int(sock.getsockname()[1])
+
+
+_ensure_auth_token = ensure_auth_token  # the older private name (tests of other branches use it)

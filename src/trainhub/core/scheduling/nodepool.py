@@ -20,6 +20,7 @@ the rest). The pool is private to one pass and is mutated as the pass starts tri
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
@@ -50,6 +51,7 @@ class NodePool:
             self.nodes = nodes.alive
             self.free_gpus = dict(nodes.free_gpus)
             self.free_cpus = dict(nodes.free_cpus)
+            self.free_memory = dict(nodes.free_memory)
             self._pref = nodes.pref
             self._buckets = [list(bucket) for bucket in nodes.buckets]
             self.total_free = nodes.total_free
@@ -60,6 +62,7 @@ class NodePool:
         self.nodes = table.alive
         self.free_gpus = table.free_gpus
         self.free_cpus = table.free_cpus
+        self.free_memory = table.free_memory
         self._pref = table.pref
         self._shapes = table.shapes
         self._fits_empty = table.fits_empty
@@ -79,6 +82,7 @@ class NodePool:
         new.nodes = self.nodes
         new.free_gpus = dict(self.free_gpus)
         new.free_cpus = dict(self.free_cpus)
+        new.free_memory = dict(self.free_memory)
         new._pref = self._pref
         new._shapes = self._shapes
         new._fits_empty = self._fits_empty
@@ -123,6 +127,11 @@ class NodePool:
         by_gpu = self.usable(node_id) // g if g else 10**9
         c = request.cpus_per_worker
         by_cpu = int((self.free_cpus[node_id] + _EPS) // c) if c else 10**9
+        m = request.memory_gb_per_worker
+        if m:
+            memory = self.free_memory[node_id]
+            if memory != math.inf:
+                by_cpu = min(by_cpu, int((memory + _EPS) // m))
         return max(0, min(by_gpu, by_cpu))
 
     # -- placement ---------------------------------------------------------------------------
@@ -258,16 +267,26 @@ class NodePool:
                 node,
                 -count * request.gpus_per_worker,
                 -count * request.cpus_per_worker,
+                -count * request.memory_gb_per_worker,
                 against_caps=against_caps,
             )
 
-    def adjust(self, node_id: str, gpus: int, cpus: float = 0.0, against_caps: bool = True) -> None:
+    def adjust(
+        self,
+        node_id: str,
+        gpus: int,
+        cpus: float = 0.0,
+        memory_gb: float = 0.0,
+        against_caps: bool = True,
+    ) -> None:
         """Add (or, negative, remove) free capacity on a node."""
         if node_id not in self.nodes:
             return
         before = self.usable(node_id)
         self.free_gpus[node_id] += gpus
         self.free_cpus[node_id] += cpus
+        if memory_gb:
+            self.free_memory[node_id] += memory_gb
         if against_caps and node_id in self.caps and gpus < 0:
             # a cap bounds what new trials take; what they take counts against it
             self.caps[node_id] = max(0, self.caps[node_id] + gpus)
@@ -289,10 +308,17 @@ class NodePool:
             rooms = [n.fits(request, free=False) for n in self.nodes.values()]
             fits = max(rooms, default=0) >= k if request.single_node else sum(rooms) >= k
         else:
-            g, c = request.gpus_per_worker, request.cpus_per_worker
+            g, c, m = request.gpus_per_worker, request.cpus_per_worker, request.memory_gb_per_worker
             rooms_by_shape = [
-                (min(tg // g if g else 10**9, int((tc + _EPS) // c) if c else 10**9), count)
-                for (tg, tc), count in self._shapes.items()
+                (
+                    min(
+                        tg // g if g else 10**9,
+                        int((tc + _EPS) // c) if c else 10**9,
+                        int((tm + _EPS) // m) if m and tm != math.inf else 10**9,
+                    ),
+                    count,
+                )
+                for (tg, tc, tm), count in self._shapes.items()
             ]
             if request.single_node:
                 fits = max((r for r, _ in rooms_by_shape), default=0) >= k
@@ -303,6 +329,13 @@ class NodePool:
 
     # -- views -------------------------------------------------------------------------------
 
+    def total_slots(self) -> int:
+        """Slots of the alive nodes: their GPUs, or their whole CPUs on a CPU-only cluster."""
+        gpus = sum(g * count for (g, _, _), count in self._shapes.items())
+        if gpus:
+            return gpus
+        return sum(int(c) * count for (_, c, _), count in self._shapes.items())
+
     def largest_free(self) -> int:
         for free in range(len(self._buckets) - 1, -1, -1):
             if self._buckets[free]:
@@ -312,8 +345,15 @@ class NodePool:
     def frozen(self) -> tuple[Node, ...]:
         """The nodes with the pool's free capacity (for reasons computed later)."""
         return tuple(
-            replace(n, free_gpus=self.free_gpus[i], free_cpus=self.free_cpus[i])
-            if n.free_gpus != self.free_gpus[i] or n.free_cpus != self.free_cpus[i]
+            replace(
+                n,
+                free_gpus=self.free_gpus[i],
+                free_cpus=self.free_cpus[i],
+                free_memory_gb=self.free_memory[i],
+            )
+            if n.free_gpus != self.free_gpus[i]
+            or n.free_cpus != self.free_cpus[i]
+            or n.free_memory_gb != self.free_memory[i]
             else n
             for i, n in self.nodes.items()
         )

@@ -40,9 +40,10 @@ class NodeTable(tuple[Node, ...]):
     alive: dict[str, Node]
     free_gpus: dict[str, int]
     free_cpus: dict[str, float]
+    free_memory: dict[str, float]
     total_free: int
-    # (total GPUs, total CPUs) -> count of alive nodes with that shape
-    shapes: Counter[tuple[int, float]]
+    # (total GPUs, total CPUs, total memory GB) -> count of alive nodes with that shape
+    shapes: Counter[tuple[int, float, float]]
     # memo of "does this request shape fit the empty cluster", valid while totals do not change
     fits_empty: dict[tuple[object, ...], bool]
 
@@ -56,6 +57,7 @@ class NodeTable(tuple[Node, ...]):
         table.alive = {n.node_id: n for n in alive}
         table.free_gpus = {n.node_id: n.free_gpus for n in alive}
         table.free_cpus = {n.node_id: n.free_cpus for n in alive}
+        table.free_memory = {n.node_id: n.free_memory_gb for n in alive}
         table.total_free = sum(n.free_gpus for n in alive)
         table.pref = {n.node_id: preference_key(n, hot_gpu_temperature_c) for n in alive}
         size = max((n.total_gpus for n in alive), default=0) + 1
@@ -65,7 +67,7 @@ class NodeTable(tuple[Node, ...]):
         for bucket in buckets:
             bucket.sort()
         table.buckets = buckets
-        table.shapes = Counter((n.total_gpus, n.total_cpus) for n in alive)
+        table.shapes = Counter((n.total_gpus, n.total_cpus, n.total_memory_gb) for n in alive)
         table.fits_empty = {}
         return table
 
@@ -93,6 +95,7 @@ class NodeTable(tuple[Node, ...]):
             if (
                 old.total_gpus != node.total_gpus
                 or old.total_cpus != node.total_cpus
+                or old.total_memory_gb != node.total_memory_gb
                 or old.alive != node.alive
                 or old.gpu_temperature_c != node.gpu_temperature_c
                 or old.labels != node.labels
@@ -113,6 +116,7 @@ class NodeTable(tuple[Node, ...]):
         table.alive = dict(self.alive)
         table.free_gpus = dict(self.free_gpus)
         table.free_cpus = dict(self.free_cpus)
+        table.free_memory = dict(self.free_memory)
         table.total_free = self.total_free
         for node_id, node in changed.items():
             if node.alive:
@@ -120,6 +124,7 @@ class NodeTable(tuple[Node, ...]):
                 table.total_free += node.free_gpus - table.free_gpus[node_id]
                 table.free_gpus[node_id] = node.free_gpus
                 table.free_cpus[node_id] = node.free_cpus
+                table.free_memory[node_id] = node.free_memory_gb
         buckets = list(self.buckets)
         copied: set[int] = set()
         top = len(buckets) - 1

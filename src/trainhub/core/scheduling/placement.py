@@ -7,6 +7,7 @@ below. The node choice rules are written once, in ``nodepool``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -53,7 +54,10 @@ def _eligible(request: ResourceRequest, nodes: Iterable[Node]) -> list[Node]:
 def never_reason(request: ResourceRequest, nodes: Sequence[Node]) -> str | None:
     """Why ``request`` cannot fit even the empty cluster, or None when it can."""
     alive = [n for n in nodes if n.alive]
-    empty = tuple(replace(n, free_gpus=n.total_gpus, free_cpus=n.total_cpus) for n in alive)
+    empty = tuple(
+        replace(n, free_gpus=n.total_gpus, free_cpus=n.total_cpus, free_memory_gb=n.total_memory_gb)
+        for n in alive
+    )
     if NodePool(empty, None).place(request) is not None:
         return None
     need = need_text(request)
@@ -78,18 +82,49 @@ class FreeSummary:
     largest_gpus: int
     cpus: float
     largest_cpus: float
+    memory_gb: float = math.inf
+    largest_memory_gb: float = math.inf
 
     @classmethod
     def of(cls, nodes: Iterable[Node]) -> FreeSummary:
         gpus = largest_gpus = 0
         cpus = largest_cpus = 0.0
+        memory = largest_memory = 0.0
         for n in nodes:
             if n.alive:
                 gpus += n.free_gpus
                 largest_gpus = max(largest_gpus, n.free_gpus)
                 cpus += n.free_cpus
                 largest_cpus = max(largest_cpus, n.free_cpus)
-        return cls(gpus, largest_gpus, cpus, largest_cpus)
+                memory += n.free_memory_gb
+                largest_memory = max(largest_memory, n.free_memory_gb)
+        return cls(gpus, largest_gpus, cpus, largest_cpus, memory, largest_memory)
+
+    def short_of(self, request: ResourceRequest, single_node: bool) -> str | None:
+        """Which of memory or CPUs is too short for ``request`` now, in words; None if neither.
+
+        ``single_node``: the gang must fit one node, so the largest node is what counts.
+        """
+        k = request.num_workers
+        m = request.memory_gb_per_worker
+        if m and math.isfinite(self.memory_gb):
+            if single_node and self.largest_memory_gb + 1e-9 < k * m:
+                return (
+                    f"memory: needs {k * m:g} GB on one node, largest free is "
+                    f"{self.largest_memory_gb:g} GB"
+                )
+            if self.largest_memory_gb + 1e-9 < m or self.memory_gb + 1e-9 < k * m:
+                return (
+                    f"memory: needs {m:g} GB per worker, {self.memory_gb:g} GB free "
+                    f"(largest {self.largest_memory_gb:g} GB)"
+                )
+        c = request.cpus_per_worker
+        if c:
+            if single_node and self.largest_cpus + 1e-9 < k * c:
+                return f"CPUs: needs {k * c:g} on one node, largest free is {self.largest_cpus:g}"
+            if self.largest_cpus + 1e-9 < c or self.cpus + 1e-9 < k * c:
+                return f"CPUs: needs {c:g} per worker, {self.cpus:g} free"
+        return None
 
 
 def busy_reason(
@@ -102,7 +137,17 @@ def busy_reason(
     if summary is None or request.node_labels:
         summary = FreeSummary.of(_eligible(request, nodes))
     need = f"waiting for resources: needs {need_text(request)}"
+    one_node = request.single_node or request.num_workers == 1
     if request.gpus_per_worker:
+        gpus_enough = (
+            summary.largest_gpus >= request.num_slots
+            if one_node
+            else summary.gpus >= request.num_slots
+        )
+        short = summary.short_of(request, one_node) if gpus_enough else None
+        if short is not None:
+            # the GPUs are there; name the resource that is not
+            return f"{need}; not enough free {short}"
         if request.single_node or (request.num_workers == 1 and request.gpus_per_worker > 1):
             return f"{need}; largest free is {summary.largest_gpus} GPUs"
         if summary.gpus >= request.num_slots:
@@ -112,6 +157,9 @@ def busy_reason(
                 f"{request.gpus_per_worker} with enough CPUs"
             )
         return f"{need}; {summary.gpus} GPUs free"
+    short = summary.short_of(request, one_node)
+    if short is not None and short.startswith("memory"):
+        return f"{need}; not enough free {short}"
     if request.single_node or request.num_workers == 1:
         return f"{need}; largest free is {summary.largest_cpus:g} CPUs"
     return f"{need}; {summary.cpus:g} CPUs free"

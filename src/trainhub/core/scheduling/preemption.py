@@ -456,6 +456,7 @@ class Preemptor:
 
 
 def _release(pool: NodePool, victim: RunningTrial, sign: int) -> None:
-    g, c = victim.request.gpus_per_worker, victim.request.cpus_per_worker
+    request = victim.request
+    g, c, m = request.gpus_per_worker, request.cpus_per_worker, request.memory_gb_per_worker
     for node in victim.placement:
-        pool.adjust(node, sign * g, sign * c)
+        pool.adjust(node, sign * g, sign * c, sign * m)

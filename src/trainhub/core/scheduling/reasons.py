@@ -24,7 +24,7 @@ class ReasonBook:
         self._nodes = nodes
         # answers "does it fit the empty cluster" from a memo (shared across passes)
         self._pool = pool
-        self._used: dict[str, tuple[int, float]] = {}
+        self._used: dict[str, tuple[int, float, float]] = {}
         self._final: tuple[Node, ...] | None = None
         self._busy: dict[tuple[object, ...], str] = {}
         self._summary: FreeSummary | None = None
@@ -32,8 +32,12 @@ class ReasonBook:
 
     def started(self, request: ResourceRequest, ranks: tuple[str, ...]) -> None:
         for node in ranks:
-            gpus, cpus = self._used.get(node, (0, 0.0))
-            self._used[node] = (gpus + request.gpus_per_worker, cpus + request.cpus_per_worker)
+            gpus, cpus, memory = self._used.get(node, (0, 0.0, 0.0))
+            self._used[node] = (
+                gpus + request.gpus_per_worker,
+                cpus + request.cpus_per_worker,
+                memory + request.memory_gb_per_worker,
+            )
         self._final = None
         self._summary = None
 
@@ -45,6 +49,7 @@ class ReasonBook:
                     n,
                     free_gpus=n.free_gpus - used[n.node_id][0],
                     free_cpus=n.free_cpus - used[n.node_id][1],
+                    free_memory_gb=n.free_memory_gb - used[n.node_id][2],
                 )
                 if n.node_id in used
                 else n
@@ -138,8 +143,10 @@ class ReasonBook:
         return lambda trial: f"{prefix}; {self.busy(trial)}"
 
 
-def limit_reason(limit: int, used: int) -> str:
-    return f"tenant quota of {limit} GPUs in use ({used} running)"
+def limit_reason(limit: int, used: int, unit: str = "GPUs") -> str:
+    """'tenant quota of 8 GPUs in use (8 running)'; ``unit`` is CPUs for trials without GPUs,
+    whose slots are CPU cores."""
+    return f"tenant quota of {limit} {unit} in use ({used} running)"
 
 
 def behind_reason(trial_id: int) -> str:

@@ -53,12 +53,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def releases(running: RunningTable, now: float) -> list[tuple[float, str, int, float]]:
-    """(time, node, GPUs, CPUs) freed by running trials with a known end, in time order.
+def releases(running: RunningTable, now: float) -> list[tuple[float, str, int, float, float]]:
+    """(time, node, GPUs, CPUs, memory GB) freed by running trials with a known end, in order.
 
     A trial being preempted is about to leave: its capacity counts as freed now.
     """
-    events: list[tuple[float, str, int, float]] = []
+    events: list[tuple[float, str, int, float, float]] = []
     for trial in (*running.preempting, *running.with_known_end):
         if trial.preempting:
             end = now
@@ -66,11 +66,12 @@ def releases(running: RunningTable, now: float) -> list[tuple[float, str, int, f
             end = max(now, trial.started_at + trial.expected_duration_s)
         else:
             continue
-        g, c = trial.request.gpus_per_worker, trial.request.cpus_per_worker
+        request = trial.request
+        g, c, m = request.gpus_per_worker, request.cpus_per_worker, request.memory_gb_per_worker
         counts: dict[str, int] = {}
         for node in trial.placement:
             counts[node] = counts.get(node, 0) + 1
-        events.extend((end, node, n * g, n * c) for node, n in counts.items())
+        events.extend((end, node, n * g, n * c, n * m) for node, n in counts.items())
     events.sort()
     return events
 
@@ -85,8 +86,8 @@ def reserve(
     request = head.request
     need = request.num_slots if request.gpus_per_worker else 0
     future = pool.copy()
-    for time, node, gpus, cpus in releases(running, now):
-        future.adjust(node, gpus, cpus)
+    for time, node, gpus, cpus, memory in releases(running, now):
+        future.adjust(node, gpus, cpus, memory)
         if future.total_free >= need:
             ranks = future.place(request)
             if ranks is not None:

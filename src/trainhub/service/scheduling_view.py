@@ -1,0 +1,191 @@
+"""The scheduler's facts, read from the server's database each tick.
+
+Production keeps what the simulator feeds the policies, and hands it to the same snapshot
+builder (:class:`trainhub.core.scheduling.view.SnapshotBuilder`) the simulator calls: each
+trial's user and project, its attained service (slot-seconds its ended attempts held), its
+progress (run time its latest checkpoint holds), its expected duration (estimated from the
+run times of completed trials of the same user and project,
+:func:`~trainhub.core.scheduling.view.estimate_duration`), whether it is preemptible (the
+spec), how often it was preempted, and for active trials the placement, when the attempt got
+its resources, its latest checkpoint and the usual gap between checkpoints (registered by the
+runtime). Nodes come from the executor; free capacity is counted by the builder's books.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from trainhub.core.fairshare import DecayedUsage
+from trainhub.core.resources import Node, ResourceRequest
+from trainhub.core.scheduling import BasePolicy, Snapshot
+from trainhub.core.scheduling.snapshot import TenantShare
+from trainhub.core.scheduling.view import NodeFacts, SnapshotBuilder, TrialFacts, estimate_duration
+from trainhub.core.spec import ExperimentSpec, Priority
+from trainhub.core.states import AttemptOutcome
+from trainhub.service.records import Attempt, CheckpointTimes, Trial, TrialOwner
+from trainhub.service.repository import Repository
+
+
+def trial_facts(
+    trial: Trial,
+    spec: ExperimentSpec,
+    owner: TrialOwner | None,
+    *,
+    attempt: Attempt | None = None,
+    num_preemptions: int = 0,
+    checkpoints: CheckpointTimes | None = None,
+    expected_duration_s: float | None = None,
+    request: ResourceRequest | None = None,
+) -> TrialFacts:
+    """What the database knows of one queued or active trial, as the snapshot builder reads it."""
+    placement: tuple[str, ...] = ()
+    attempt_started_at = last_checkpoint = interval = None
+    if attempt is not None:
+        placement = attempt.placement
+        # the attempt holds its slots from placement on: service and risk count from there
+        attempt_started_at = attempt.created_at
+        if checkpoints is not None:
+            interval = checkpoints.interval_s
+            if checkpoints.attempt == attempt.number:
+                last_checkpoint = checkpoints.last_at  # only this attempt's bound the risk
+    return TrialFacts(
+        trial_id=trial.id,
+        tenant=trial.tenant,
+        state=trial.state,
+        request=request or ResourceRequest.from_spec(spec.resources),
+        user=owner.user if owner else "",
+        project=owner.project if owner else spec.project,
+        priority=Priority(trial.priority),
+        submitted_at=trial.submitted_at,
+        queued_at=trial.queued_at,
+        attained_service=trial.attained_service,
+        progress_s=trial.progress_s,
+        expected_duration_s=expected_duration_s,
+        preemptible=spec.preemption.preemptible,
+        num_preemptions=num_preemptions,
+        placement=placement,
+        attempt_started_at=attempt_started_at,
+        last_checkpoint_at=last_checkpoint,
+        checkpoint_every_s=interval,
+    )
+
+
+class SchedulingView:
+    """Reads the facts of queued and active trials and builds the policy's snapshot."""
+
+    def __init__(
+        self,
+        policy: BasePolicy,
+        half_life_s: float,
+        estimates_refresh_s: float = 60.0,
+        estimate_min_samples: int = 3,
+    ) -> None:
+        self.builder = SnapshotBuilder.for_policy(policy)
+        self.usage = DecayedUsage(half_life_s)
+        self.half_life_s = half_life_s
+        self.estimates_refresh_s = estimates_refresh_s
+        self.estimate_min_samples = estimate_min_samples
+        self._owners: dict[int, TrialOwner] = {}
+        self._finished: list[tuple[str, str, float]] = []
+        self._estimates: dict[tuple[str, str], float | None] = {}
+        self._estimates_at = float("-inf")
+        # one request object per experiment: equal facts then compare by identity (fast)
+        self._requests: dict[int, ResourceRequest] = {}
+
+    def _request(self, experiment_id: int, spec: ExperimentSpec) -> ResourceRequest:
+        request = self._requests.get(experiment_id)
+        if request is None:
+            request = self._requests[experiment_id] = ResourceRequest.from_spec(spec.resources)
+        return request
+
+    def _expected(self, owner: TrialOwner | None) -> float | None:
+        if owner is None:
+            return None
+        key = (owner.user, owner.project)
+        if key not in self._estimates:
+            self._estimates[key] = estimate_duration(
+                self._finished, owner.user, owner.project, self.estimate_min_samples
+            )
+        return self._estimates[key]
+
+    def advance_usage(
+        self, repo: Repository, active: Sequence[Trial], attempts: Mapping[int, Attempt], now: float
+    ) -> None:
+        """Account the slots held since the last tick: what the open attempts hold now, at the
+        start of a tick, before any of them is ended or started (exact between ticks)."""
+        if not self.usage.initialized:
+            horizon = now - 10 * self.half_life_s
+            self.usage.rebuild(repo.attempt_usage(horizon), now)
+        held: dict[str, float] = {}
+        for trial in active:
+            attempt = attempts.get(trial.id)
+            if attempt is not None:
+                held[trial.tenant] = held.get(trial.tenant, 0.0) + attempt.num_slots
+        self.usage.advance(held, now)
+
+    def snapshot(
+        self,
+        repo: Repository,
+        queued: Sequence[Trial],
+        active: Sequence[Trial],
+        specs: Mapping[int, ExperimentSpec],
+        cluster_nodes: Callable[[], list[Node]],
+        now: float,
+    ) -> Snapshot | None:
+        """The policy's snapshot now; None when nothing waits."""
+        tenant_usage = dict(self.usage) if self.usage.initialized else {}
+        if not queued:
+            return None
+        ids = [t.id for t in active]
+        attempts = repo.open_attempts(ids)
+        current = [t.id for t in (*queued, *active)]
+        self._owners = {i: o for i in current if (o := self._owners.get(i)) is not None}
+        missing = [i for i in current if i not in self._owners]
+        if missing:
+            self._owners.update(repo.trial_owners(missing))
+        if now - self._estimates_at >= self.estimates_refresh_s:
+            self._finished = [(r.user, r.project, r.run_time_s) for r in repo.finished_runs()]
+            self._estimates = {}
+            self._estimates_at = now
+        preemptions = repo.count_outcomes(
+            [*ids, *(t.id for t in queued)], AttemptOutcome.PREEMPTED.value
+        )
+        checkpoints = repo.checkpoint_times(ids)
+        facts: list[TrialFacts] = []
+        for trial in queued:
+            owner = self._owners.get(trial.id)
+            facts.append(
+                trial_facts(
+                    trial,
+                    specs[trial.experiment_id],
+                    owner,
+                    num_preemptions=preemptions.get(trial.id, 0),
+                    expected_duration_s=self._expected(owner),
+                    request=self._request(trial.experiment_id, specs[trial.experiment_id]),
+                )
+            )
+        for trial in active:
+            attempt = attempts.get(trial.id)
+            if attempt is None:
+                continue  # its end is recorded at the next observation
+            owner = self._owners.get(trial.id)
+            facts.append(
+                trial_facts(
+                    trial,
+                    specs[trial.experiment_id],
+                    owner,
+                    attempt=attempt,
+                    num_preemptions=preemptions.get(trial.id, 0),
+                    checkpoints=checkpoints.get(trial.id),
+                    expected_duration_s=self._expected(owner),
+                    request=self._request(trial.experiment_id, specs[trial.experiment_id]),
+                )
+            )
+        if len(self._requests) > 4 * len(specs):
+            self._requests = {i: r for i, r in self._requests.items() if i in specs}
+        tenants = {
+            t.name: TenantShare(t.guaranteed_slots, t.limit_slots, t.weight)
+            for t in repo.list_tenants()
+        }
+        nodes = [NodeFacts.of(n) for n in cluster_nodes()]
+        return self.builder.build(now, facts, nodes, tenants, tenant_usage)
