@@ -46,7 +46,7 @@ def test_asha_search_prunes_and_survives_a_control_plane_kill(
         time.sleep(1.0)
     trials = experiment()["trials"]
     states = sorted(t["state"] for t in trials)
-    assert len(trials) == 6, states
+    assert len(trials) == 6, (states, control_plane.log_tail(80))
     assert "PRUNED" in states
     assert "COMPLETED" in states
     assert set(states) <= {"PRUNED", "COMPLETED"}

@@ -307,3 +307,24 @@ searcher: {sampler: grid, metric: acc, max_concurrent_trials: 2}
     assert progress.search.state == SearchState.FINISHED
     assert progress.best is not None
     assert progress.best.trial.hparams["lr"] == 0.01
+
+
+def test_a_search_stays_active_between_its_trials(rig: Rig) -> None:
+    """The last running trial ends before the next tick makes more: still ACTIVE, not done."""
+    from trainhub.service.experiments import refresh_experiment_state
+
+    spec = ASHA.replace(
+        "max_trials: 12, max_concurrent_trials: 3", "max_trials: 4, max_concurrent_trials: 1"
+    )
+    experiment_id = rig.experiments.submit(rig.admin, spec, None, None).experiment.id
+    rig.tick()
+    rig.tick()
+    (trial,) = trials_of(rig, experiment_id)
+    rig.executor.exit(trial.id, 0)
+    rig.loop.hooks = None  # the loop ends the trial; the search tick has not run yet
+    rig.tick()
+    assert trials_of(rig, experiment_id)[0].state == TrialState.COMPLETED
+    with rig.experiments.uow() as repo:
+        refresh_experiment_state(repo, experiment_id, rig.clock())
+    state = rig.experiments.get(rig.admin, experiment_id).experiment.state
+    assert state == ExperimentState.ACTIVE

@@ -503,7 +503,7 @@ class SearchService:
         with self.uow() as tx:
             state = SearchState.KILLED if canceled else SearchState.FINISHED
             tx.search.update_search(search.experiment_id, state=state)
-            refresh_experiment_state(tx.repo, search.experiment_id, self.clock())
+            refresh_experiment_state(tx.repo, search.experiment_id, self.clock(), search_done=True)
         report.finished.append(search.experiment_id)
 
     # ---------------------------------------------------------------- control loop hooks
