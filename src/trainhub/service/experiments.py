@@ -26,6 +26,7 @@ from trainhub.core.resources import (
     can_ever_fit,
     largest_node_capacity,
 )
+from trainhub.core.searcher_spec import SearcherSpec
 from trainhub.core.spec import (
     ExperimentSpec,
     Priority,
@@ -90,10 +91,21 @@ class _TrialsOfExperiments(TrialStore, ExperimentStore, Protocol):
     """The roles refresh_experiment_state uses."""
 
 
-def refresh_experiment_state(repo: _TrialsOfExperiments, experiment_id: int, now: float) -> None:
-    """Derive the experiment's state from its trials (after a trial ended)."""
+def refresh_experiment_state(
+    repo: _TrialsOfExperiments, experiment_id: int, now: float, search_done: bool = False
+) -> None:
+    """Derive the experiment's state from its trials (after a trial ended).
+
+    A search ends when its searcher has no more trials to make (``service/search.py`` passes
+    ``search_done``), not when its running trials happen to have ended; a cancel ends it.
+    """
     states = [t.state for t in repo.list_trials(experiment_id)]
     state = experiment_state(states)
+    if state in (ExperimentState.COMPLETED, ExperimentState.FAILED) and not search_done:
+        experiment = repo.get_experiment(experiment_id)
+        searcher = (experiment.spec.get("searcher") or {}) if experiment else {}
+        if SearcherSpec.model_validate(searcher).kind != "single":
+            state = ExperimentState.ACTIVE
     repo.set_experiment_state(
         experiment_id, state, now if state != ExperimentState.ACTIVE else None
     )
