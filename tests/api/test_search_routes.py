@@ -12,8 +12,11 @@ from tests.api.test_auth import submit
 from tests.fixtures.api import Api, build_api
 from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
 from trainhub.adapters.optuna_search import OptunaSearch
+from trainhub.core.states import TrialState
+from trainhub.service.records import TrialUpdate
 from trainhub.service.search import SearchService
 from trainhub.service.steering import SteeringService
+from trainhub.service.trial_writes import write_trial
 
 SEARCH = """
 name: lr-search
@@ -215,3 +218,23 @@ def test_templates_save_list_and_submit_with_changes(
     )
     assert bad.status_code == 422
     assert [e["path"] for e in bad.json()["errors"]] == ["max_restarts"]
+
+
+def test_canceling_a_search_stops_it(search_api: tuple[Api, SearchService]) -> None:
+    api, search = search_api
+    token = api.user("alice", "vision")
+    experiment_id = submit(api, token, SEARCH).json()["id"]
+    search.tick()
+    first = api.services.experiments.get(api.services.authenticate(token), experiment_id).trials[0]
+    with api.services.uow() as repo:  # one trial ran to its end, as the control loop would say
+        for state in (TrialState.SCHEDULED, TrialState.RUNNING, TrialState.COMPLETED):
+            write_trial(repo, first.id, TrialUpdate(state=state))
+    r = _post(api, f"/experiments/{experiment_id}/cancel", token)
+    assert r.status_code == 200, r.text
+    search.tick()
+    progress = api.client.get(
+        f"/api/v1/experiments/{experiment_id}/search", headers=api.headers(token)
+    ).json()
+    assert progress["search_state"] == "KILLED"
+    assert progress["counts"] == {"CANCELED": 1, "COMPLETED": 1}
+    assert progress["count"] == 2  # no trial was made after the cancel

@@ -85,6 +85,7 @@ class SteeringService:
         self.store = store
         self.backend = backend
         self.clock = clock
+        experiments.on_cancel = self._stop_search  # a canceled search makes no more trials
 
     # ---------------------------------------------------------------- pause and resume
     def pause_trial(self, principal: Principal, trial_id: int) -> Trial:
@@ -192,11 +193,14 @@ class SteeringService:
         return self.experiments.cancel_trial(principal, trial_id)
 
     def kill_experiment(self, principal: Principal, experiment_id: int) -> ExperimentDetail:
-        with self.uow() as tx:
-            self._writable_experiment(tx, principal, experiment_id)
-            if tx.search.get_search(experiment_id) is not None:
-                tx.search.update_search(experiment_id, state=SearchState.KILLED)
+        """Cancel every trial; a search makes no more (cancel_experiment tells us first)."""
         return self.experiments.cancel_experiment(principal, experiment_id)
+
+    def _stop_search(self, experiment_id: int) -> None:
+        with self.uow() as tx:
+            search = tx.search.get_search(experiment_id)
+            if search is not None and search.state != SearchState.FINISHED:
+                tx.search.update_search(experiment_id, state=SearchState.KILLED)
 
     def set_limits(
         self,
