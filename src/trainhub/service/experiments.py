@@ -127,6 +127,8 @@ class ExperimentService:
         self.wake_scheduler = wake_scheduler
         self.max_context_bytes = max_context_bytes
         self.cluster_nodes = cluster_nodes
+        # told before an experiment's trials are canceled: its search makes no more trials
+        self.on_cancel: Callable[[int], None] = lambda experiment_id: None
 
     def submit(
         self,
@@ -248,6 +250,7 @@ class ExperimentService:
     def cancel_experiment(self, principal: Principal, experiment_id: int) -> ExperimentDetail:
         detail = self.get(principal, experiment_id)
         check_write(principal, detail.experiment.tenant, f"experiment {experiment_id}")
+        self.on_cancel(experiment_id)
         for trial in detail.trials:
             if not trial.state.is_terminal:
                 self.cancel_trial(principal, trial.id)
