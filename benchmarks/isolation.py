@@ -152,7 +152,7 @@ def samples_per_s(mode: str, address: str, steps: int, trial_id: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--start-repeats", type=int, default=30)
     args = parser.parse_args()
@@ -174,9 +174,12 @@ def main() -> None:
         samples_per_s("bwrap", address, 50, 1)  # warm both paths (imports, page cache)
         samples_per_s("none", address, 50, 2)
         rates: dict[str, list[float]] = {"bwrap": [], "none": []}
+        load = [os.getloadavg()[0]]
         for repeat in range(args.repeats):
-            for mode in ("none", "bwrap"):
+            order = ("none", "bwrap") if repeat % 2 == 0 else ("bwrap", "none")
+            for mode in order:
                 rates[mode].append(samples_per_s(mode, address, args.steps, 10 + repeat))
+        load.append(os.getloadavg()[0])
     finally:
         import ray
 
@@ -191,6 +194,10 @@ def main() -> None:
         "step_overhead": round(1.0 - boxed / bare, 4),
         "bare_samples_per_s": round(bare, 1),
         "sandboxed_samples_per_s": round(boxed, 1),
+        "bare_runs": [round(r, 1) for r in rates["none"]],
+        "sandboxed_runs": [round(r, 1) for r in rates["bwrap"]],
+        "load_average_1m": [round(x, 1) for x in load],  # other work on the machine: noise
+        "cpus": os.cpu_count(),
         "workload": f"MLP DDP gloo, 2 ranks, {args.steps} steps, {args.repeats} repeats",
         "targets": {"start_ms": "< 50", "step_overhead": "< 0.01"},
     }

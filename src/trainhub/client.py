@@ -349,9 +349,43 @@ class TrainhubClient:
         return data
 
     def download_checkpoint(self, trial_id: int, checkpoint_id: int) -> bytes:
-        """The bytes of one checkpoint file (load with ``torch.load(io.BytesIO(data))``)."""
+        """The bytes of one checkpoint file (load with ``torch.load(io.BytesIO(data))``).
+
+        Holds the whole file in memory; for large ones use :meth:`save_checkpoint_file`.
+        """
         path = f"/trials/{trial_id}/checkpoints/{checkpoint_id}/file"
         return self._request("GET", path, timeout=self.timeout_s * 4).content
+
+    def save_checkpoint_file(self, trial_id: int, checkpoint_id: int, destination: Path) -> int:
+        """Stream one checkpoint file to ``destination`` in chunks; returns its size in bytes.
+
+        Memory stays flat whatever the size; the file appears whole or not at all.
+
+        Example::
+
+            th.save_checkpoint_file(12, 3, Path("model.pt"))
+            state = torch.load("model.pt")
+        """
+        path = f"/trials/{trial_id}/checkpoints/{checkpoint_id}/file"
+        partial = destination.with_name(destination.name + ".part")
+        size = 0
+        try:
+            with self._http.stream("GET", path, timeout=self.timeout_s * 4) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ApiError.from_response(response)
+                with partial.open("wb") as out:
+                    for chunk in response.iter_bytes(1 << 20):
+                        out.write(chunk)
+                        size += len(chunk)
+            partial.replace(destination)
+        except httpx.ConnectError as exc:
+            raise ServerUnreachable(self.url, _reason(exc)) from None
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(self.url, _reason(exc)) from None
+        finally:
+            partial.unlink(missing_ok=True)
+        return size
 
     def read_logs(
         self,
@@ -506,9 +540,26 @@ class TrainhubClient:
         limit_slots: int | None = None,
         weight: float | None = None,
         clear_limit: bool = False,
+        *,
+        max_checkpoint_bytes: int | None = None,
+        max_trial_storage_bytes: int | None = None,
+        max_storage_bytes: int | None = None,
+        clear_storage_quotas: bool = False,
     ) -> JSON:
-        """Change a tenant's quota (admins); ``None`` leaves a field as it is."""
-        body: JSON = {"clear_limit": clear_limit}
+        """Change a tenant's quotas (admins); ``None`` leaves a field as it is.
+
+        The storage quotas bound the checkpoints the tenant keeps: one file, one trial's,
+        and the whole tenant's, in bytes; ``clear_storage_quotas`` returns to the server's
+        defaults (16 GiB, 64 GiB, 1 TiB).
+        """
+        body: JSON = {"clear_limit": clear_limit, "clear_storage_quotas": clear_storage_quotas}
+        for key, value in (
+            ("max_checkpoint_bytes", max_checkpoint_bytes),
+            ("max_trial_storage_bytes", max_trial_storage_bytes),
+            ("max_storage_bytes", max_storage_bytes),
+        ):
+            if value is not None:
+                body[key] = value
         if guaranteed_slots is not None:
             body["guaranteed_slots"] = guaranteed_slots
         if limit_slots is not None:

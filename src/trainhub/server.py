@@ -177,7 +177,9 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     services = Services(
         uow=uow,
         clock=clock,
-        experiments=ExperimentService(uow, store, clock, wake_scheduler=loop_thread.wake),
+        experiments=ExperimentService(
+            uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
+        ),
         tracking=TrackingService(uow, store, clock),
         admin=admin,
         usage=UsageService(uow, clock),

@@ -39,8 +39,9 @@ def test_safe_mounts_never_carry_control_plane_state(tmp_path: Path) -> None:
     assert kept == [str(tmp_path / "src")]
 
 
-def test_safe_mounts_refuse_the_user_home_itself() -> None:
-    assert safe_mounts([str(Path.home())], denied=[]) == []
+def test_safe_mounts_refuse_the_user_home_and_what_the_sandbox_makes() -> None:
+    # a script's folder in sys.path may be /tmp: mounted, it would hide the private /tmp
+    assert safe_mounts([str(Path.home()), "/tmp", "/proc", "/dev"], denied=[]) == []
 
 
 def test_unprivileged_plan_drops_every_capability() -> None:

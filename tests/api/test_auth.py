@@ -122,12 +122,9 @@ def test_trial_tokens_reach_only_their_trial(api: Api) -> None:
     alice = api.user("frank", "vision")
     first = submit(api, alice).json()["trials"][0]["id"]
     second = submit(api, alice).json()["trials"][0]["id"]
-    from trainhub.service.auth import new_token
+    from tests.api.trials import start_attempt
 
-    secret, token_hash, prefix = new_token()
-    with api.services.uow() as repo:
-        repo.add_token(token_hash, prefix, "trial", 0.0, trial_id=first)
-    h = api.headers(secret)
+    h = start_attempt(api, first)
     body = {"attempt": 1, "points": [{"step": 1, "values": {"loss": 0.5}}]}
     assert (
         api.client.post(f"/api/v1/trials/{first}/metrics", json=body, headers=h).status_code == 204

@@ -29,7 +29,12 @@ def test_submit_list_show(api: Api) -> None:
     assert shown["experiment_name"] == "demo"
     assert shown["attempts"] == []
     assert shown["events"][0]["kind"] == "submitted"
-    assert api.store.exists(f"tenants/vision/contexts/experiment-{body['id']}.tar.gz")
+    with api.services.uow() as repo:
+        experiment = repo.get_experiment(body["id"])
+    assert experiment is not None
+    assert experiment.context_key is not None
+    assert experiment.context_key.startswith("tenants/vision/contexts/")
+    assert api.store.exists(experiment.context_key)
 
 
 def test_cancel_a_queued_trial(api: Api) -> None:

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from tests.api.test_auth import submit
+from tests.api.trials import start_attempt
 from tests.fixtures.api import Api
-from trainhub.service.auth import new_token
 from trainhub.service.records import TrialUpdate
 from trainhub.service.trial_writes import write_trial
 
 
 def trial_token(api: Api, trial_id: int) -> dict[str, str]:
-    secret, token_hash, prefix = new_token()
-    with api.services.uow() as repo:
-        repo.add_token(token_hash, prefix, "trial", 0.0, trial_id=trial_id)
-    return api.headers(secret)
+    h = start_attempt(api, trial_id, 1)
+    start_attempt(api, trial_id, 2)
+    return h
 
 
 def test_metrics_upsert_per_step_and_latest(api: Api) -> None:
@@ -82,7 +81,7 @@ def test_checkpoint_upload_is_idempotent_and_retention_keeps_latest(api: Api) ->
     assert r.content == b"state 3"
     assert api.client.get(f"{url}/{ids[0]}/file", headers=h).status_code == 404
     bad = api.client.post(url, params={"uuid": "../x", "step": 1}, content=b"x", headers=h)
-    assert bad.status_code == 400
+    assert bad.status_code == 422
 
 
 def test_cancel_signals_a_running_trial(api: Api) -> None:
@@ -103,3 +102,25 @@ def test_cancel_signals_a_running_trial(api: Api) -> None:
     assert r.json()["stop_requested"] == "canceled by alice"
     signals = api.client.get(f"/api/v1/trials/{trial_id}/signals", headers=h).json()
     assert signals == {"should_stop": True, "reason": "canceled by alice"}
+
+
+def test_64_bit_steps_are_stored_on_every_database(api: Api) -> None:
+    user = api.user("alice", "vision")
+    trial_id = submit(api, user).json()["trials"][0]["id"]
+    h = trial_token(api, trial_id)
+    big = 2**63 - 1
+    body = {"points": [{"step": big, "values": {"loss": 1.0}}]}
+    assert (
+        api.client.post(f"/api/v1/trials/{trial_id}/metrics", json=body, headers=h).status_code
+        == 204
+    )
+    r = api.client.post(
+        f"/api/v1/trials/{trial_id}/checkpoints",
+        params={"uuid": "big-step", "step": big},
+        content=b"x",
+        headers=h,
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["step"] == big
+    points = api.client.get(f"/api/v1/trials/{trial_id}/metrics", headers=api.headers(user)).json()
+    assert points["data"][0]["step"] == big

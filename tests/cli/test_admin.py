@@ -84,3 +84,25 @@ def test_members_cannot_administer(cli: Cli, live: LiveServer) -> None:
     assert result.exit_code == 1
     assert "error:" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_storage_quotas_are_set_by_admins_and_shown_in_usage(cli: Cli, live: LiveServer) -> None:
+    cli("tenants", "create", "vision")
+    result = cli(
+        "tenants", "update", "vision", "--checkpoint-gb", "2", "--trial-storage-gb", "5",
+        "--storage-gb", "100",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "storage: checkpoint 2 GB, trial 5 GB, tenant 100 GB" in result.stdout
+    alice = live.api.user("alice", "vision")
+    usage = cli("usage", "--days", "1", token=alice)
+    assert usage.exit_code == 0, usage.output
+    text = usage.stdout.split("storage (checkpoints kept now) and quotas", 1)[1]
+    line = next(line for line in text.splitlines() if line.strip().startswith("vision"))
+    cells = [c.strip() for c in line.split("│")]
+    assert cells == ["vision", "0.00 GB", "100.00 GB", "0.0%", "5.00 GB", "2.00 GB"]
+    back = cli("tenants", "update", "vision", "--default-storage")
+    assert "tenant 1099.51 GB" in back.stdout
+    # members cannot change quotas
+    refused = cli("tenants", "update", "vision", "--storage-gb", "1000", token=alice)
+    assert refused.exit_code == 1

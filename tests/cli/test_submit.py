@@ -10,7 +10,6 @@ import pytest
 
 from tests.cli.conftest import Cli, LiveServer
 from tests.cli.test_context import write
-from trainhub.service.keys import context_key
 
 SPEC = "name: demo\nentrypoint: python train.py --epochs 2\n"
 
@@ -35,7 +34,12 @@ def project(tmp_path: Path, spec: str = SPEC, **extra: str | bytes) -> Path:
 
 
 def uploaded_names(live: LiveServer, tenant: str, experiment_id: int) -> set[str]:
-    data = live.api.store.get(context_key(tenant, experiment_id))
+    with live.api.services.uow() as repo:
+        experiment = repo.get_experiment(experiment_id)
+    assert experiment is not None
+    assert experiment.tenant == tenant
+    assert experiment.context_key is not None
+    data = live.api.store.get(experiment.context_key)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
         return {m.name for m in archive.getmembers() if m.isfile()}
 

@@ -257,3 +257,42 @@ def test_a_wrong_token_is_not_retried(
     ctx.close(timeout_s=30)
     assert time.monotonic() - started < 5
     assert managed_env.points() == []
+
+
+def test_metrics_the_control_plane_would_refuse_fail_at_report(
+    managed_env: FakeControlPlane,
+) -> None:
+    ctx = trainhub.init(options=FAST)
+    with pytest.raises(TypeError, match="bool"):
+        ctx.report(step=1, converged=True)
+    with pytest.raises(ValueError, match="1-128"):
+        ctx.report(step=1, **{"x" * 129: 1.0})
+    with pytest.raises(ValueError, match="at most 256"):
+        ctx.report(step=1, **{f"m{i}": 1.0 for i in range(257)})
+    ctx.report(step=1, loss=0.5)
+    assert ctx.close(timeout_s=10)
+    assert managed_env.values_by_step() == {1: {"loss": 0.5}}
+
+
+def test_the_wire_bounds_match_the_control_planes() -> None:
+    from trainhub.core import limits
+    from trainhub.runtime import protocol
+
+    assert protocol.METRIC_NAME_PATTERN == limits.METRIC_NAME_PATTERN
+    assert protocol.MAX_METRICS_PER_POINT == limits.MAX_METRICS_PER_POINT
+    assert protocol.MAX_POINTS_PER_REQUEST == limits.MAX_POINTS_PER_REQUEST
+    assert protocol.MAX_METRICS_BODY_BYTES == limits.MAX_METRICS_BODY_BYTES
+
+
+def test_batches_stay_under_the_body_bound(managed_env: FakeControlPlane) -> None:
+    from trainhub.runtime import protocol
+
+    ctx = trainhub.init(options=FAST.replace(metrics_batch_s=5.0, metrics_batch_max_points=100))
+    wide = {f"{'m' * 120}_{i:03d}": float(i) for i in range(256)}  # ~40 KB of JSON a point
+    for step in range(100):
+        ctx.report(step=step, **wide)
+    assert ctx.close(timeout_s=30)
+    sizes = [len(json.dumps(b, separators=(",", ":"))) for b in managed_env.metric_batches]
+    assert len(sizes) >= 4
+    assert max(sizes) <= protocol.MAX_METRICS_BODY_BYTES
+    assert [p["step"] for p in managed_env.points()] == list(range(100))

@@ -45,6 +45,7 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 # the collectives pick their network interface; never credentials
 NODE_VARIABLES = ("OMP_NUM_THREADS", "LANG", "LC_ALL", "TZ")
 NODE_PREFIXES = ("NCCL_", "GLOO_", "TP_SOCKET_IFNAME")
+_OWN_MOUNTS = ("/tmp", "/dev", "/dev/shm", "/proc", "/sys", TRIAL_ROOT)  # the sandbox makes them
 
 
 class SandboxMode(StrEnum):
@@ -147,7 +148,7 @@ def safe_mounts(candidates: Iterable[str], denied: Iterable[str]) -> list[str]:
     kept: list[str] = []
     for raw in candidates:
         path = os.path.abspath(raw)
-        if path in ("/", home) or not os.path.exists(path):
+        if path in ("/", home, *_OWN_MOUNTS) or not os.path.exists(path):
             continue
         if any(_within(d, path) or _within(path, d) for d in deny):
             continue

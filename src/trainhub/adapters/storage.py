@@ -2,15 +2,61 @@
 
 Keys are relative '/'-separated paths; a key that would leave the root is refused. Writes go
 through a temporary file and an atomic rename so a crash never leaves a half-written blob.
+Large blobs move in chunks (:meth:`LocalArtifactStore.open_writer`,
+:meth:`LocalArtifactStore.iter_chunks`): memory stays flat whatever their size.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from trainhub.core.errors import InvalidRequest, NotFound
+
+CHUNK_BYTES = 1 << 20
+
+
+class _FileWriter:
+    """A blob being written: bytes go to a temporary file beside the key's path."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        self._path = path
+        self._tmp = Path(tmp)
+        self._handle: BinaryIO | None = os.fdopen(fd, "wb")
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        assert self._handle is not None, "write after commit or abort"
+        self._handle.write(data)
+        self.size += len(data)
+
+    def commit(self) -> int:
+        """Make the blob visible under its key (atomic); returns its size."""
+        assert self._handle is not None, "commit after commit or abort"
+        handle, self._handle = self._handle, None
+        try:
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+            os.replace(self._tmp, self._path)
+        except BaseException:
+            handle.close()
+            self._tmp.unlink(missing_ok=True)
+            raise
+        return self.size
+
+    def abort(self) -> None:
+        """Drop what was written (idempotent; a no-op after commit)."""
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+            self._tmp.unlink(missing_ok=True)
 
 
 class LocalArtifactStore:
@@ -37,6 +83,34 @@ class LocalArtifactStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    def put_file(self, key: str, source: BinaryIO) -> int:
+        """Copy an open file into ``key`` in chunks; returns the bytes written."""
+        writer = self.open_writer(key)
+        try:
+            shutil.copyfileobj(source, writer, CHUNK_BYTES)
+            return writer.commit()
+        finally:
+            writer.abort()
+
+    def open_writer(self, key: str) -> _FileWriter:
+        """A writer for ``key``: ``write`` chunks, then ``commit`` (or ``abort``)."""
+        return _FileWriter(self._path(key))
+
+    def iter_chunks(self, key: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+        """The blob's bytes in chunks (raises NotFound before the first chunk)."""
+        path = self._path(key)
+        try:
+            handle = path.open("rb")
+        except FileNotFoundError:
+            raise NotFound(f"artifact {key!r} does not exist") from None
+
+        def chunks() -> Iterator[bytes]:
+            with handle:
+                while chunk := handle.read(chunk_bytes):
+                    yield chunk
+
+        return chunks()
 
     def get(self, key: str) -> bytes:
         path = self._path(key)

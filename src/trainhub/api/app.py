@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
+import re
+
 from fastapi import APIRouter, FastAPI
 
 import trainhub
 from trainhub.api.errors import install_error_handlers
+from trainhub.api.guard import FailedAuthLimiter, RequestGuard
 from trainhub.api.routes import admin, experiments, scheduling, trials
+from trainhub.core import limits
 from trainhub.service.container import Services
 
+_CHECKPOINT_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/checkpoints/?$")
+# multipart framing around the archive and the spec
+_FORM_OVERHEAD_BYTES = 1024 * 1024
 
-def create_app(services: Services) -> FastAPI:
+
+def body_limit(services: Services, method: str, path: str) -> int | None:
+    """The most bytes a request body of this route may declare (None: the route checks)."""
+    if method == "POST" and _CHECKPOINT_UPLOAD.match(path):
+        return None  # bounded by the tenant's storage quotas, before the body is read
+    if method == "POST" and path.rstrip("/") == "/api/v1/experiments":
+        return services.experiments.max_context_bytes + limits.MAX_SPEC_BYTES + _FORM_OVERHEAD_BYTES
+    if method == "POST" and path.endswith("/metrics"):
+        return limits.MAX_METRICS_BODY_BYTES
+    return limits.MAX_JSON_BODY_BYTES
+
+
+def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> FastAPI:
     app = FastAPI(
         title="trainhub",
         version=trainhub.__version__,
-        description="Deep-learning training as a service. /api/v1 routes need a bearer token.",
+        description=(
+            "Deep-learning training as a service. /api/v1 routes need a bearer token. "
+            "Every input has a documented bound (docs/adr/0008-every-input-bounded.md); a "
+            "request beyond one is refused with a 4xx JSON body that names it."
+        ),
         openapi_url="/api/v1/openapi.json",
         docs_url="/api/v1/docs",
         redoc_url=None,
@@ -27,6 +50,12 @@ def create_app(services: Services) -> FastAPI:
     api.include_router(admin.router)
     api.include_router(scheduling.router)
     app.include_router(api)
+    app.add_middleware(
+        RequestGuard,
+        authenticate=services.authenticate,
+        body_limit=lambda method, path: body_limit(services, method, path),
+        limiter=limiter or FailedAuthLimiter(),
+    )
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:

@@ -22,9 +22,14 @@ ServicesDep = Annotated[Services, Depends(get_services)]
 
 
 def get_principal(
+    request: Request,
     services: ServicesDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    # the request guard authenticated the caller before the body was read (api/guard.py)
+    principal: Principal | None = getattr(request.state, "principal", None)
+    if principal is not None:
+        return principal
     return services.authenticate(credentials.credentials if credentials else None)
 
 

@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator
 
+from trainhub.core import limits
 from trainhub.core.resources import Node
 from trainhub.core.states import ExperimentState, TrialState
 from trainhub.service import records
 from trainhub.service.experiments import ExperimentDetail, TrialDetail
-from trainhub.service.tracking import LogChunk
+from trainhub.service.tracking import LogChunk, StorageQuota
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and infinities are refused in every input (JSON has no such numbers)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+_ShortText = Annotated[str, Field(max_length=256)]
+_Name = Annotated[str, Field(min_length=1, max_length=64)]
+MetricName = Annotated[str, Field(pattern=limits.METRIC_NAME_PATTERN)]
+# a metric value is a JSON number: strings and booleans are refused, not coerced
+MetricValue = Annotated[StrictFloat, Field(allow_inf_nan=False)]
+_Slots = Annotated[int, Field(ge=0, le=1_000_000)]
+_Bytes = Annotated[int, Field(ge=1, le=limits.INT64_MAX)]
 
 
 class ExperimentPublic(BaseModel):
@@ -177,22 +188,48 @@ class TrialDetailPublic(TrialPublic):
         )
 
 
+def _at_most(limit: int, what: str) -> Any:
+    """A before-validator: refuse a long list or mapping before validating its items."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, list | dict) and len(value) > limit:
+            raise ValueError(f"{len(value)} {what}; the limit is {limit}")
+        return value
+
+    return check
+
+
 class MetricPointIn(_In):
-    step: int = Field(ge=0)
-    values: dict[str, float]
-    time: float | None = None
+    step: int = Field(ge=0, le=limits.INT64_MAX)
+    values: dict[MetricName, MetricValue] = Field(
+        max_length=limits.MAX_METRICS_PER_POINT,
+        description="Metric name -> finite number. Names: 1-128 of letters, digits, '_', '.', "
+        f"'-', '/'; at most {limits.MAX_METRICS_PER_POINT} per point and "
+        f"{limits.MAX_METRIC_NAMES_PER_TRIAL} distinct per trial.",
+    )
+    time: float | None = Field(None, ge=0, le=1e11)
+
+    _count = field_validator("values", mode="before")(
+        _at_most(limits.MAX_METRICS_PER_POINT, "metrics in one point")
+    )
 
 
 class ProgressIn(_In):
-    current: float
-    total: float | None = None
-    unit: str = "steps"
+    current: float = Field(ge=-1e15, le=1e15)
+    total: float | None = Field(None, ge=-1e15, le=1e15)
+    unit: str = Field("steps", max_length=32)
 
 
 class MetricsBatchIn(_In):
-    attempt: int = Field(1, ge=1)
-    points: list[MetricPointIn] = Field(default_factory=list, max_length=100_000)
+    attempt: int = Field(1, ge=1, le=limits.INT64_MAX, description="An existing attempt.")
+    points: list[MetricPointIn] = Field(
+        default_factory=list, max_length=limits.MAX_POINTS_PER_REQUEST
+    )
     progress: ProgressIn | None = None
+
+    _count = field_validator("points", mode="before")(
+        _at_most(limits.MAX_POINTS_PER_REQUEST, "points in one request")
+    )
 
 
 class MetricPointPublic(BaseModel):
@@ -234,18 +271,31 @@ class LogChunkPublic(BaseModel):
         )
 
 
-class TenantCreate(_In):
-    name: str
-    guaranteed_slots: int = Field(0, ge=0)
-    limit_slots: int | None = Field(None, ge=0)
-    weight: float = Field(1.0, gt=0)
+class StorageQuotasIn(_In):
+    max_checkpoint_bytes: _Bytes | None = Field(
+        None, description="Largest checkpoint file; default 16 GiB."
+    )
+    max_trial_storage_bytes: _Bytes | None = Field(
+        None, description="Checkpoints kept by one trial; default 64 GiB."
+    )
+    max_storage_bytes: _Bytes | None = Field(
+        None, description="Checkpoints kept by the whole tenant; default 1 TiB."
+    )
 
 
-class TenantUpdate(_In):
-    guaranteed_slots: int | None = Field(None, ge=0)
-    limit_slots: int | None = Field(None, ge=0)
-    weight: float | None = Field(None, gt=0)
+class TenantCreate(StorageQuotasIn):
+    name: _Name
+    guaranteed_slots: _Slots = 0
+    limit_slots: _Slots | None = None
+    weight: float = Field(1.0, gt=0, le=1e6)
+
+
+class TenantUpdate(StorageQuotasIn):
+    guaranteed_slots: _Slots | None = None
+    limit_slots: _Slots | None = None
+    weight: float | None = Field(None, gt=0, le=1e6)
     clear_limit: bool = False
+    clear_storage_quotas: bool = Field(False, description="Back to the server's defaults.")
 
 
 class TenantPublic(BaseModel):
@@ -253,14 +303,21 @@ class TenantPublic(BaseModel):
     guaranteed_slots: int
     limit_slots: int | None
     weight: float
+    max_checkpoint_bytes: int
+    max_trial_storage_bytes: int
+    max_storage_bytes: int
 
     @classmethod
     def of(cls, t: records.Tenant) -> TenantPublic:
+        quota = StorageQuota.of(t)
         return cls(
             name=t.name,
             guaranteed_slots=t.guaranteed_slots,
             limit_slots=t.limit_slots,
             weight=t.weight,
+            max_checkpoint_bytes=quota.max_checkpoint_bytes,
+            max_trial_storage_bytes=quota.max_trial_storage_bytes,
+            max_storage_bytes=quota.max_storage_bytes,
         )
 
 
@@ -270,13 +327,13 @@ class TenantsPublic(BaseModel):
 
 
 class UserCreate(_In):
-    username: str
+    username: _Name
     is_admin: bool = False
 
 
 class MembershipSet(_In):
-    tenant: str
-    role: str = Field("member", description="admin, member or viewer")
+    tenant: _Name
+    role: str = Field("member", max_length=16, description="admin, member or viewer")
 
 
 class UserPublic(BaseModel):
@@ -299,9 +356,11 @@ class UsersPublic(BaseModel):
 
 
 class TokenCreate(_In):
-    name: str = ""
-    username: str | None = Field(None, description="Admins: issue for another user.")
-    ttl_s: float | None = Field(None, gt=0)
+    name: str = Field("", max_length=128)
+    username: _Name | None = Field(None, description="Admins: issue for another user.")
+    ttl_s: float | None = Field(
+        None, gt=0, le=100 * 365 * 86400.0, description="At most 100 years."
+    )
 
 
 class TokenPublic(BaseModel):
@@ -370,7 +429,7 @@ class ClusterPublic(BaseModel):
 
 
 class TrialUpdate(_In):
-    priority: str = Field(description="low, normal, high or urgent (admins)")
+    priority: str = Field(max_length=16, description="low, normal, high or urgent (admins)")
 
 
 class QueuePublic(BaseModel):
@@ -394,8 +453,17 @@ class TenantSharePublic(BaseModel):
     share_of_guarantee: float | None
 
 
+class TenantStoragePublic(BaseModel):
+    tenant: str
+    checkpoint_bytes: int = Field(description="Kept checkpoints of the tenant's trials.")
+    max_storage_bytes: int
+    max_trial_storage_bytes: int
+    max_checkpoint_bytes: int
+
+
 class UsagePublic(BaseModel):
     since: float
     until: float
     data: list[UsageRowPublic]
     tenants: list[TenantSharePublic]
+    storage: list[TenantStoragePublic] = Field(default_factory=list)

@@ -81,16 +81,48 @@ def tenants_update(
     limit: Annotated[int | None, typer.Option(min=0)] = None,
     no_limit: Annotated[bool, typer.Option("--no-limit", help="Remove the limit.")] = False,
     weight: Annotated[float | None, typer.Option(min=0.0)] = None,
+    checkpoint_gb: Annotated[
+        float | None, typer.Option(min=0.001, help="Largest checkpoint file, in GB.")
+    ] = None,
+    trial_storage_gb: Annotated[
+        float | None, typer.Option(min=0.001, help="Checkpoints one trial keeps, in GB.")
+    ] = None,
+    storage_gb: Annotated[
+        float | None, typer.Option(min=0.001, help="Checkpoints the tenant keeps, in GB.")
+    ] = None,
+    default_storage: Annotated[
+        bool, typer.Option("--default-storage", help="Storage quotas back to the defaults.")
+    ] = False,
 ) -> None:
-    """Change a tenant's quota; options left out stay as they are."""
+    """Change a tenant's quotas; options left out stay as they are."""
     if no_limit and limit is not None:
         raise fail("give --limit or --no-limit, not both", code=2)
     with connect() as client:
-        t = client.update_tenant(name, guaranteed, limit, weight, clear_limit=no_limit)
+        t = client.update_tenant(
+            name,
+            guaranteed,
+            limit,
+            weight,
+            clear_limit=no_limit,
+            max_checkpoint_bytes=_bytes(checkpoint_gb),
+            max_trial_storage_bytes=_bytes(trial_storage_gb),
+            max_storage_bytes=_bytes(storage_gb),
+            clear_storage_quotas=default_storage,
+        )
     out.print(
         f"tenant {escape(t['name'])}: guaranteed {t['guaranteed_slots']} slots, "
-        f"limit {_slots(t['limit_slots'])}, weight {t['weight']:g}"
+        f"limit {_slots(t['limit_slots'])}, weight {t['weight']:g}; storage: checkpoint "
+        f"{_gb(t['max_checkpoint_bytes'])}, trial {_gb(t['max_trial_storage_bytes'])}, "
+        f"tenant {_gb(t['max_storage_bytes'])}"
     )
+
+
+def _bytes(gb: float | None) -> int | None:
+    return None if gb is None else round(gb * 1e9)
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1e9:g} GB"
 
 
 # -- users --

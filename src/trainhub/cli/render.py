@@ -541,3 +541,30 @@ def tenant_shares_table(tenants: Sequence[JSON]) -> Table:
             "-" if share is None else f"{share * 100:.1f}%",
         )
     return table
+
+
+def gigabytes(size: int) -> str:
+    """``1.25 GB`` (decimal units, as the quota options take them)."""
+    return f"{size / 1e9:,.2f} GB"
+
+
+def storage_table(rows: Sequence[JSON]) -> Table:
+    """Each tenant's kept checkpoints against its storage quotas."""
+    table = titled_table("storage (checkpoints kept now) and quotas")
+    table.add_column("tenant")
+    table.add_column("stored", justify="right")
+    table.add_column("tenant quota", justify="right")
+    table.add_column("used", justify="right")
+    table.add_column("per trial", justify="right")
+    table.add_column("per checkpoint", justify="right")
+    for r in rows:
+        used = r["checkpoint_bytes"] / r["max_storage_bytes"] if r["max_storage_bytes"] else 0.0
+        table.add_row(
+            Text(r["tenant"]),
+            gigabytes(r["checkpoint_bytes"]),
+            gigabytes(r["max_storage_bytes"]),
+            f"{used * 100:.1f}%",
+            gigabytes(r["max_trial_storage_bytes"]),
+            gigabytes(r["max_checkpoint_bytes"]),
+        )
+    return table

@@ -101,9 +101,11 @@ def usage(
         bool, typer.Option("--csv", help="Print the rows as CSV (from the API) instead.")
     ] = False,
 ) -> None:
-    """Show slot-hours (GPU-hours) per day, tenant, user and project, and tenant shares.
+    """Show slot-hours (GPU-hours) per day, tenant, user and project, tenant shares, and
+    storage against its quotas.
 
-    The second table sets each tenant's average slots over the period against its guarantee.
+    The second table sets each tenant's average slots over the period against its guarantee;
+    the third the checkpoints each tenant keeps against its storage quotas.
     A trial holds its slots from being scheduled until its attempt ends. Members see their own
     tenants; cluster admins see all.
     """
@@ -133,5 +135,10 @@ def usage(
     if report["tenants"]:
         out.print()
         out.print(tenant_shares_table(report["tenants"]))
+    if report.get("storage"):
+        from trainhub.cli.render import storage_table
+
+        out.print()
+        out.print(storage_table(report["storage"]))
     if not report["data"] and not report["tenants"]:
         err.print("[dim]you are in no tenant whose usage you may see[/]")

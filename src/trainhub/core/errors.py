@@ -7,7 +7,7 @@ and a hint that says how to fix it. The API maps each class to one HTTP status i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,6 @@ class InvalidRequest(TrainhubError):
     code = "invalid_request"
 
 
-@dataclass
-class _Errors:
-    items: list[FieldError] = field(default_factory=list)
-
-
 class InvalidSpec(TrainhubError):
     """The experiment spec (or another structured input) failed validation."""
 
@@ -80,6 +75,31 @@ class InvalidContext(TrainhubError):
 class ContextTooLarge(TrainhubError):
     status_code = 413
     code = "context_too_large"
+
+
+class TooLarge(TrainhubError):
+    """A request body, upload or value is over a documented bound (trainhub.core.limits)."""
+
+    status_code = 413
+    code = "too_large"
+
+
+class QuotaExceeded(TrainhubError):
+    """Storing this would pass a storage quota of the trial or the tenant."""
+
+    status_code = 413
+    code = "storage_quota_exceeded"
+
+
+class RateLimited(TrainhubError):
+    """Too many failed authentications from one client address."""
+
+    status_code = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, hint: str = "", retry_after_s: float = 60.0) -> None:
+        super().__init__(message, hint)
+        self.retry_after_s = retry_after_s
 
 
 class Unauthenticated(TrainhubError):

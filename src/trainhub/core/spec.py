@@ -7,23 +7,27 @@ Field descriptions here generate the reference docs and the OpenAPI schema.
 
 from __future__ import annotations
 
+import re
 import shlex
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from trainhub.core import limits
 from trainhub.core.distributed_spec import DistributedSpec
 from trainhub.core.errors import FieldError, InvalidSpec
 from trainhub.core.spec_errors import field_errors_from_pydantic
+from trainhub.core.spec_yaml import load_yaml
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 HyperparameterValue = str | int | float | bool | None | list[Any]
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_Label = Annotated[str, Field(max_length=limits.MAX_LABEL_CHARS)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Placement(StrEnum):
@@ -53,17 +57,28 @@ class Resources(_Strict):
         int, Field(ge=0, le=16, description="GPUs per rank; 0 runs on CPU with gloo.")
     ] = 0
     cpus_per_worker: Annotated[
-        float, Field(gt=0, le=512, description="CPU cores reserved per rank.")
+        float,
+        Field(
+            ge=limits.MIN_CPUS_PER_WORKER,
+            le=512,
+            description="CPU cores reserved per rank (at least 0.01).",
+        ),
     ] = 1.0
     memory_gb_per_worker: Annotated[
-        float | None, Field(gt=0, description="Host memory reserved per rank, in GB.")
+        float | None,
+        Field(
+            gt=0,
+            le=limits.MAX_MEMORY_GB_PER_WORKER,
+            description="Host memory reserved per rank, in GB.",
+        ),
     ] = None
     placement: Placement = Field(
         Placement.PACK, description="pack: fewest nodes; spread: ranks on different nodes."
     )
     single_node: bool = Field(False, description="All ranks must share one node.")
-    node_labels: dict[str, str] = Field(
+    node_labels: dict[_Label, _Label] = Field(
         default_factory=dict,
+        max_length=limits.MAX_NODE_LABELS,
         description="Only nodes with these labels qualify, e.g. {gpu_model: A100}.",
     )
 
@@ -73,7 +88,9 @@ class SearcherSpec(_Strict):
 
     name: Literal["single"] = "single"
     metric: str | None = Field(
-        None, description="Metric that ranks checkpoints and trials, e.g. val_accuracy."
+        None,
+        pattern=limits.METRIC_NAME_PATTERN,
+        description="Metric that ranks checkpoints and trials, e.g. val_accuracy.",
     )
     mode: Literal["max", "min"] = "max"
 
@@ -102,8 +119,30 @@ class PreemptionPolicy(_Strict):
 
 class Environment(_Strict):
     variables: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment variables for every rank."
+        default_factory=dict,
+        max_length=limits.MAX_ENV_VARIABLES,
+        description="Extra environment variables for every rank: names of letters, digits "
+        "and '_' (not starting with a digit); values without NUL bytes.",
     )
+
+    @field_validator("variables")
+    @classmethod
+    def _exportable(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, item in value.items():
+            if len(name) > limits.MAX_ENV_NAME_CHARS or not ENV_NAME.match(name):
+                raise ValueError(
+                    f"{name[:64]!r} is not a valid environment variable name: use letters, "
+                    f"digits and '_', not starting with a digit, at most "
+                    f"{limits.MAX_ENV_NAME_CHARS} characters"
+                )
+            if "\x00" in item:
+                raise ValueError(f"the value of {name} contains a NUL byte")
+            if len(item) > limits.MAX_ENV_VALUE_CHARS:
+                raise ValueError(
+                    f"the value of {name} is {len(item)} characters; the limit is "
+                    f"{limits.MAX_ENV_VALUE_CHARS}"
+                )
+        return value
 
 
 class ExperimentSpec(_Strict):
@@ -111,16 +150,19 @@ class ExperimentSpec(_Strict):
 
     name: str = Field(..., pattern=NAME_PATTERN, description="Short name, e.g. mnist-lenet.")
     project: str = Field("default", pattern=NAME_PATTERN)
-    description: str = ""
+    description: str = Field("", max_length=limits.MAX_DESCRIPTION_CHARS)
     entrypoint: str = Field(
         ...,
         min_length=1,
+        max_length=limits.MAX_ENTRYPOINT_CHARS,
         description="Command run in the context directory, e.g. 'python train.py --epochs 5'.",
     )
     resources: Resources = Field(default_factory=Resources)
     priority: Priority = Priority.NORMAL
     hyperparameters: dict[str, Any] = Field(
-        default_factory=dict, description="Constants handed to the script (ctx.hparams)."
+        default_factory=dict,
+        max_length=limits.MAX_HYPERPARAMETERS,
+        description="Constants handed to the script (ctx.hparams).",
     )
     searcher: SearcherSpec = Field(default_factory=SearcherSpec)
     checkpoints: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
@@ -135,6 +177,8 @@ class ExperimentSpec(_Strict):
     @field_validator("entrypoint")
     @classmethod
     def _entrypoint_parses(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("contains a NUL byte; a command line cannot hold one")
         try:
             argv = shlex.split(value)
         except ValueError as exc:
@@ -213,17 +257,12 @@ def check_entrypoint_exists(spec: ExperimentSpec, files: set[str]) -> None:
 
 
 def parse_spec(text: str) -> ExperimentSpec:
-    """Parse a YAML spec; raise InvalidSpec with field paths (and YAML line numbers)."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InvalidSpec(
-            [FieldError("", f"not valid YAML at {where}: {problem}", "fix the YAML syntax")]
-        ) from None
-    return validate_spec(data)
+    """Parse a YAML spec; raise InvalidSpec with field paths (and YAML line numbers).
+
+    The text is checked against the bounds of :mod:`trainhub.core.limits` (size, nesting,
+    alias expansion, integer length) before the document is built.
+    """
+    return validate_spec(load_yaml(text))
 
 
 def validate_spec(data: Any) -> ExperimentSpec:
@@ -237,6 +276,9 @@ def validate_spec(data: Any) -> ExperimentSpec:
                 )
             ]
         )
+    plain = limits.check_plain_values(data)
+    if plain:
+        raise InvalidSpec(plain)
     try:
         return ExperimentSpec.model_validate(data)
     except ValidationError as exc:

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import numbers
+import re
 import sys
 import threading
 import time
@@ -36,8 +37,22 @@ from trainhub.runtime.transport import (
 logger = logging.getLogger("trainhub.runtime")
 
 
+_METRIC_NAME = re.compile(protocol.METRIC_NAME_PATTERN)
+
+
 def coerce_metric(name: str, value: object) -> float:
-    """A reported value as a float: Python and NumPy numbers, 1-element tensors and arrays."""
+    """A reported value as a float: Python and NumPy numbers, 1-element tensors and arrays.
+
+    Booleans are refused (the control plane takes numbers only, never coerces); so are names
+    the control plane refuses (1-128 letters, digits, '_', '.', '-', '/').
+    """
+    if not _METRIC_NAME.match(name):
+        raise ValueError(
+            f"metric name {name[:40]!r} is not allowed: use 1-128 letters, digits, '_', '.', "
+            "'-' or '/'"
+        )
+    if isinstance(value, bool):
+        raise TypeError(f"metric {name!r} must be a number, got a bool (use 0 or 1)")
     if isinstance(value, numbers.Real):
         return float(value)
     item = getattr(value, "item", None)
@@ -57,7 +72,23 @@ def coerce_metric(name: str, value: object) -> float:
     )
 
 
+def _within_body_bound(points: list[protocol.MetricPoint]) -> list[protocol.MetricPoint]:
+    """The leading points whose JSON stays under the control plane's body bound (at least
+    one: a point of 256 metrics with 128-character names is ~40 KB)."""
+    room = protocol.MAX_METRICS_BODY_BYTES - 4096  # the envelope and the progress
+    for i, point in enumerate(points):
+        room -= len(json.dumps(point, separators=(",", ":"))) + 1
+        if room < 0 and i:
+            return points[:i]
+    return points
+
+
 def coerce_metrics(metrics: Mapping[str, object]) -> dict[str, float]:
+    if len(metrics) > protocol.MAX_METRICS_PER_POINT:
+        raise ValueError(
+            f"{len(metrics)} metrics in one report(); the control plane takes at most "
+            f"{protocol.MAX_METRICS_PER_POINT} per step"
+        )
     return {name: coerce_metric(name, value) for name, value in metrics.items()}
 
 
@@ -156,7 +187,7 @@ class RemoteMetricsSink(BaseMetricsSink):
         self._client_factory = client_factory
         self._attempt = attempt
         self._batch_s = batch_s
-        self._batch_max_points = batch_max_points
+        self._batch_max_points = min(batch_max_points, protocol.MAX_POINTS_PER_REQUEST)
         self._backoff = backoff
         self._spill_path = spill_path
         self._cond = threading.Condition()
@@ -274,7 +305,9 @@ class RemoteMetricsSink(BaseMetricsSink):
                 def send_once(budget_s: float) -> None:
                     nonlocal in_flight, in_flight_version
                     with self._cond:
-                        points = list(itertools.islice(self._queue, self._batch_max_points))
+                        points = _within_body_bound(
+                            list(itertools.islice(self._queue, self._batch_max_points))
+                        )
                         progress, version = self._progress, self._progress_version
                     in_flight, in_flight_version = len(points), version
                     batch: protocol.MetricsBatch = {"attempt": self._attempt, "points": points}

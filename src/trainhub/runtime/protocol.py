@@ -29,6 +29,13 @@ ENV_SIGNALS_POLL_S = "TRAINHUB_SIGNALS_POLL_S"  # how often rank 0 asks for sign
 
 API_PREFIX = "/api/v1"
 
+# --- bounds the control plane enforces on what the runtime sends (trainhub.core.limits holds
+# the same numbers; a test keeps them equal) ---
+METRIC_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,127}$"  # 1-128 chars
+MAX_METRICS_PER_POINT = 256
+MAX_POINTS_PER_REQUEST = 1000
+MAX_METRICS_BODY_BYTES = 1024 * 1024
+
 
 def metrics_path(trial_id: int) -> str:
     """POST a :class:`MetricsBatch`; 204. Idempotent: a step reported again replaces values."""

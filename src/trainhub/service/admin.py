@@ -24,6 +24,25 @@ class IssuedToken:
     secret: str
 
 
+@dataclass(frozen=True)
+class QuotaChange:
+    """Storage quotas to set (None: leave as is), or ``clear`` to go back to the defaults."""
+
+    max_checkpoint_bytes: int | None = None
+    max_trial_storage_bytes: int | None = None
+    max_storage_bytes: int | None = None
+    clear: bool = False
+
+    def fields(self) -> dict[str, int | None]:
+        names = ("max_checkpoint_bytes", "max_trial_storage_bytes", "max_storage_bytes")
+        if self.clear:
+            return dict.fromkeys(names)
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+
+_NO_CHANGE = QuotaChange()
+
+
 def _check_name(kind: str, name: str) -> None:
     if not NAME.match(name):
         raise InvalidRequest(
@@ -67,6 +86,7 @@ class AdminService:
         guaranteed_slots: int = 0,
         limit_slots: int | None = None,
         weight: float = 1.0,
+        quotas: QuotaChange = _NO_CHANGE,
     ) -> Tenant:
         require_admin(principal)
         _check_name("tenant", name)
@@ -76,7 +96,10 @@ class AdminService:
             return repo.update_tenant(
                 name,
                 TenantUpdate(
-                    guaranteed_slots=guaranteed_slots, limit_slots=limit_slots, weight=weight
+                    guaranteed_slots=guaranteed_slots,
+                    limit_slots=limit_slots,
+                    weight=weight,
+                    **quotas.fields(),
                 ),
             )
 
@@ -88,12 +111,14 @@ class AdminService:
         limit_slots: int | None = None,
         weight: float | None = None,
         clear_limit: bool = False,
+        quotas: QuotaChange = _NO_CHANGE,
     ) -> Tenant:
         require_admin(principal)
         update = TenantUpdate(
             guaranteed_slots=KEEP if guaranteed_slots is None else guaranteed_slots,
             limit_slots=limit_slots if limit_slots is not None or clear_limit else KEEP,
             weight=KEEP if weight is None else weight,
+            **quotas.fields(),
         )
         with self.uow() as repo:
             current = repo.get_tenant(name)

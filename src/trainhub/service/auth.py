@@ -15,6 +15,7 @@ from trainhub.service.ports import Principal
 from trainhub.service.repository import Repository
 
 TOKEN_PREFIX = "th_"
+TOUCH_INTERVAL_S = 60.0  # how stale a token's last_used_at may be
 
 
 class Role(StrEnum):
@@ -45,7 +46,10 @@ def authenticate(repo: Repository, secret: str | None, now: float) -> Principal:
         raise Unauthenticated("the API token is not valid", "ask an admin for a new token")
     if token.expires_at is not None and token.expires_at <= now:
         raise Unauthenticated("the API token has expired", "create a new one")
-    repo.touch_token(token.id, now)
+    # one write a minute at most: every request authenticates, and a write per request would
+    # make a flood of (refused) requests contend for the database with everyone else's
+    if token.last_used_at is None or now - token.last_used_at >= TOUCH_INTERVAL_S:
+        repo.touch_token(token.id, now)
     if token.trial_id is not None:
         return Principal(None, f"trial-{token.trial_id}", trial_id=token.trial_id)
     assert token.user_id is not None

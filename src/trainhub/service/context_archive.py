@@ -3,31 +3,52 @@
 from __future__ import annotations
 
 import io
+import os
 import posixpath
 import tarfile
+import zlib
+from typing import BinaryIO
 
 from trainhub.core.errors import ContextTooLarge, InvalidContext
 
 DEFAULT_MAX_CONTEXT_BYTES = 96 * 1024 * 1024
+MAX_CONTEXT_MEMBERS = 100_000
 
 
-def check_context(data: bytes, max_bytes: int = DEFAULT_MAX_CONTEXT_BYTES) -> set[str]:
+def check_context(data: bytes | BinaryIO, max_bytes: int = DEFAULT_MAX_CONTEXT_BYTES) -> set[str]:
     """Validate a context archive and return the names of its regular files.
 
-    Refused: archives over ``max_bytes`` (compressed or unpacked), member names that are
-    absolute or contain '..', links that point outside the archive, devices and FIFOs.
+    ``data`` is the archive's bytes or a seekable file holding them (read in a stream, left
+    at its start). Refused: archives over ``max_bytes`` (compressed or unpacked), member
+    names that are absolute or contain '..', links that point outside the archive, devices
+    and FIFOs, and archives that are truncated or not tar.gz at all.
     """
-    if len(data) > max_bytes:
+    source: BinaryIO = io.BytesIO(data) if isinstance(data, bytes) else data
+    size = source.seek(0, os.SEEK_END)
+    source.seek(0)
+    try:
+        return _check(source, size, max_bytes)
+    finally:
+        source.seek(0)
+
+
+def _check(source: BinaryIO, size: int, max_bytes: int) -> set[str]:
+    if size > max_bytes:
         raise ContextTooLarge(
-            f"the code context is {len(data) / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.0f} MB",
+            f"the code context is {size / 1e6:.1f} MB; the limit is {max_bytes / 1e6:.0f} MB",
             "exclude data and outputs with a .trainhubignore file, "
             "or read data from shared storage",
         )
     files: set[str] = set()
     unpacked = 0
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
-            for member in archive:
+        with tarfile.open(fileobj=source, mode="r:*") as archive:
+            for count, member in enumerate(archive, 1):
+                if count > MAX_CONTEXT_MEMBERS:
+                    raise ContextTooLarge(
+                        f"the code context holds more than {MAX_CONTEXT_MEMBERS} files",
+                        "exclude data and outputs with a .trainhubignore file",
+                    )
                 name = member.name
                 normalized = posixpath.normpath(name)
                 if name.startswith("/") or normalized.startswith("..") or "/../" in f"/{name}/":
@@ -57,7 +78,7 @@ def check_context(data: bytes, max_bytes: int = DEFAULT_MAX_CONTEXT_BYTES) -> se
                         f"the code context unpacks to more than {4 * max_bytes / 1e6:.0f} MB",
                         "exclude large files from the context",
                     )
-    except tarfile.TarError as exc:
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
         raise InvalidContext(
             f"the code context is not a readable tar.gz archive: {exc}",
             "upload a gzip-compressed tar file",

@@ -5,12 +5,34 @@ Submitting writes rows and the context and returns at once; the control loop sta
 
 from __future__ import annotations
 
+import io
+import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
-from trainhub.core.errors import Conflict, InvalidRequest, NotFound, PermissionDenied
-from trainhub.core.spec import ExperimentSpec, Priority, check_entrypoint_exists, parse_spec
+from trainhub.core.errors import (
+    Conflict,
+    FieldError,
+    InvalidRequest,
+    InvalidSpec,
+    NotFound,
+    PermissionDenied,
+)
+from trainhub.core.resources import (
+    Node,
+    ResourceRequest,
+    can_ever_fit,
+    largest_node_capacity,
+)
+from trainhub.core.spec import (
+    ExperimentSpec,
+    Priority,
+    Resources,
+    check_entrypoint_exists,
+    parse_spec,
+)
 from trainhub.core.states import ExperimentState, TrialState, experiment_state
 from trainhub.service.auth import (
     check_read,
@@ -21,11 +43,32 @@ from trainhub.service.auth import (
 )
 from trainhub.service.clock import Clock
 from trainhub.service.context_archive import DEFAULT_MAX_CONTEXT_BYTES, check_context
-from trainhub.service.keys import context_key
+from trainhub.service.keys import staged_context_key
 from trainhub.service.ports import ArtifactStore, Principal
 from trainhub.service.records import Attempt, Checkpoint, Experiment, Trial, TrialEvent, TrialUpdate
 from trainhub.service.repository import ExperimentStore, TrialStore, UnitOfWork
 from trainhub.service.trial_writes import write_trial
+
+log = logging.getLogger(__name__)
+
+
+def check_fits_cluster(resources: Resources, nodes: list[Node]) -> None:
+    """Refuse, at submit, a trial that no node (or the whole cluster) could ever hold, naming
+    the spec field and the largest node's capacity.
+
+    Judged against each alive node's total capacity, not what is free now; with no node
+    known (the cluster is starting) nothing is refused and the queue explains later.
+    """
+    largest = largest_node_capacity(nodes)
+    if largest is None:
+        return
+    unfit = can_ever_fit(ResourceRequest.from_spec(resources), nodes)
+    if unfit is None:
+        return
+    message = unfit.message
+    if "largest node" not in message:
+        message += f"; the largest node has {largest.describe()}"
+    raise InvalidSpec([FieldError(unfit.field, message, "ask for what the cluster can hold")])
 
 
 @dataclass(frozen=True)
@@ -64,25 +107,71 @@ class ExperimentService:
         clock: Clock,
         wake_scheduler: Callable[[], None] = lambda: None,
         max_context_bytes: int = DEFAULT_MAX_CONTEXT_BYTES,
+        cluster_nodes: Callable[[], list[Node]] = list,
     ) -> None:
         self.uow = uow
         self.store = store
         self.clock = clock
         self.wake_scheduler = wake_scheduler
         self.max_context_bytes = max_context_bytes
+        self.cluster_nodes = cluster_nodes
 
     def submit(
-        self, principal: Principal, spec_yaml: str, context: bytes | None, tenant: str | None
+        self,
+        principal: Principal,
+        spec_yaml: str,
+        context: bytes | BinaryIO | None,
+        tenant: str | None,
     ) -> ExperimentDetail:
-        spec = parse_spec(spec_yaml)
-        files = check_context(context, self.max_context_bytes) if context else set()
-        check_entrypoint_exists(spec, files)
+        """Check everything that can be checked now, store the context, write the rows.
+
+        ``context`` is the tar.gz archive, as bytes or a seekable file; it is read in chunks
+        and copied into the store before the database transaction opens.
+        """
         tenant_name = choose_tenant(principal, tenant)
         check_write(principal, tenant_name, f"tenant {tenant_name!r}")
+        spec = parse_spec(spec_yaml)
+        source = io.BytesIO(context) if isinstance(context, bytes) else context
+        if isinstance(context, bytes) and not context:
+            source = None
+        files = check_context(source, self.max_context_bytes) if source is not None else set()
+        check_entrypoint_exists(spec, files)
         if spec.priority == Priority.URGENT and not principal.is_admin:
             raise PermissionDenied(
                 "only cluster admins may submit with priority 'urgent'", "use 'high'"
             )
+        check_fits_cluster(spec.resources, self._nodes())
+        assert principal.user_id is not None
+        key = None
+        size = 0
+        if source is not None:
+            key = staged_context_key(tenant_name, uuid.uuid4().hex)
+            size = self.store.put_file(key, source)
+        try:
+            detail = self._add(principal, spec, spec_yaml, tenant_name, key, size)
+        except BaseException:
+            if key is not None:
+                self.store.delete(key)
+            raise
+        self.wake_scheduler()
+        return detail
+
+    def _nodes(self) -> list[Node]:
+        try:
+            return self.cluster_nodes()
+        except Exception:  # the cluster cannot be asked now: the queue will tell
+            log.warning("cluster capacity unknown at submit", exc_info=True)
+            return []
+
+    def _add(
+        self,
+        principal: Principal,
+        spec: ExperimentSpec,
+        spec_yaml: str,
+        tenant_name: str,
+        key: str | None,
+        size: int,
+    ) -> ExperimentDetail:
         assert principal.user_id is not None
         now = self.clock()
         with self.uow() as repo:
@@ -95,18 +184,14 @@ class ExperimentService:
                 project=spec.project,
                 spec=spec.model_dump(mode="json"),
                 spec_yaml=spec_yaml,
-                context_size=len(context or b""),
+                context_size=size,
                 now=now,
             )
-            if context:
-                key = context_key(tenant_name, experiment.id)
-                self.store.put(key, context)
+            if key is not None:
                 repo.set_experiment_context(experiment.id, key)
             trial = repo.add_trial(experiment.id, dict(spec.hyperparameters), spec.priority, now)
             repo.add_event(trial.id, "submitted", f"submitted by {principal.username}", now)
-            detail = ExperimentDetail(_must(repo.get_experiment(experiment.id)), [trial])
-        self.wake_scheduler()
-        return detail
+            return ExperimentDetail(_must(repo.get_experiment(experiment.id)), [trial])
 
     def list_experiments(
         self,

@@ -7,6 +7,11 @@ def context_key(tenant: str, experiment_id: int) -> str:
     return f"tenants/{tenant}/contexts/experiment-{experiment_id}.tar.gz"
 
 
+def staged_context_key(tenant: str, upload_id: str) -> str:
+    """A context stored before its experiment row exists (named by a random upload id)."""
+    return f"tenants/{tenant}/contexts/upload-{upload_id}.tar.gz"
+
+
 def checkpoint_key(tenant: str, trial_id: int, uuid: str) -> str:
     return f"tenants/{tenant}/checkpoints/trial-{trial_id}/{uuid}.ckpt"
 

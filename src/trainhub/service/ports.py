@@ -7,9 +7,9 @@ repository. Services depend on these protocols, never on the adapters.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from trainhub.core.attempts import AttemptPhase, RankPhase
 from trainhub.core.resources import Node
@@ -90,10 +90,40 @@ class Executor(Protocol):
         ...
 
 
+class BlobWriter(Protocol):
+    """A blob being written in chunks; invisible under its key until ``commit``."""
+
+    size: int
+
+    def write(self, data: bytes) -> None: ...
+
+    def commit(self) -> int:
+        """Make the blob visible under its key (atomically); returns its size in bytes."""
+        ...
+
+    def abort(self) -> None:
+        """Drop what was written; idempotent, a no-op after ``commit``."""
+        ...
+
+
 class ArtifactStore(Protocol):
-    """Blobs by key: code contexts, checkpoints, logs. Keys are '/'-separated relative paths."""
+    """Blobs by key: code contexts, checkpoints, logs. Keys are '/'-separated relative paths.
+
+    Blobs of any size move through ``open_writer``, ``put_file`` and ``iter_chunks`` in
+    chunks; ``put`` and ``get`` are for small ones (logs, tests).
+    """
 
     def put(self, key: str, data: bytes) -> None: ...
+
+    def put_file(self, key: str, source: BinaryIO) -> int:
+        """Copy an open binary file into ``key`` in chunks; returns its size."""
+        ...
+
+    def open_writer(self, key: str) -> BlobWriter: ...
+
+    def iter_chunks(self, key: str, chunk_bytes: int = ...) -> Iterator[bytes]:
+        """The blob's bytes in chunks; raises NotFound (before any chunk) when it is absent."""
+        ...
 
     def get(self, key: str) -> bytes: ...
 

@@ -20,6 +20,10 @@ class Tenant:
     guaranteed_slots: int = 0
     limit_slots: int | None = None
     weight: float = 1.0
+    # storage quotas set by admins; None: the server's default
+    max_checkpoint_bytes: int | None = None
+    max_trial_storage_bytes: int | None = None
+    max_storage_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -225,11 +229,15 @@ class AttemptUpdate:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TenantUpdate:
-    """A tenant's share to change (slots)."""
+    """A tenant's share (slots) and storage quotas to change."""
 
     guaranteed_slots: int | Keep = KEEP
     limit_slots: int | Keep | None = KEEP
     weight: float | Keep = KEEP
+    # storage quotas in bytes; None: the server's default
+    max_checkpoint_bytes: int | Keep | None = KEEP
+    max_trial_storage_bytes: int | Keep | None = KEEP
+    max_storage_bytes: int | Keep | None = KEEP
 
     def changes(self) -> dict[str, Any]:
         return _changes(self)

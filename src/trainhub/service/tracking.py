@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainhub.core.errors import InvalidRequest, NotFound
+from trainhub.core import limits
+from trainhub.core.errors import (
+    Conflict,
+    FieldError,
+    InvalidRequest,
+    InvalidSpec,
+    NotFound,
+    PermissionDenied,
+    QuotaExceeded,
+    TooLarge,
+)
 from trainhub.core.spec import ExperimentSpec
 from trainhub.core.states import TrialState
 from trainhub.service.auth import check_trial_scope
 from trainhub.service.clock import Clock
 from trainhub.service.keys import checkpoint_key, log_key
-from trainhub.service.ports import ArtifactStore, Principal
-from trainhub.service.records import KEEP, Checkpoint, MetricPoint, Trial, TrialUpdate
+from trainhub.service.ports import ArtifactStore, BlobWriter, Principal
+from trainhub.service.records import KEEP, Checkpoint, MetricPoint, Tenant, Trial, TrialUpdate
 from trainhub.service.repository import Repository, UnitOfWork
 
 MAX_LOG_CHUNK_BYTES = 1024 * 1024
+_METRIC_NAME = re.compile(limits.METRIC_NAME_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,122 @@ def _trial_for(repo: Repository, principal: Principal, trial_id: int, write: boo
     return trial
 
 
+def _writable_trial(
+    repo: Repository, principal: Principal, trial_id: int, attempt: int, what: str, now: float
+) -> Trial:
+    """The trial a runtime reports ``what`` to, checked: its own token (or an admin, audited),
+    not ended, and the attempt exists."""
+    trial = _trial_for(repo, principal, trial_id, write=False)
+    if principal.trial_id is None:
+        if not principal.is_admin:
+            raise PermissionDenied(
+                f"only trial {trial_id}'s own runtime writes its {what}",
+                "the runtime reports with the trial's token (TRAINHUB_TOKEN); users read only",
+            )
+        repo.add_event(trial_id, "audit", f"{what} written by admin {principal.username}", now)
+    if trial.state.is_terminal:
+        raise Conflict(
+            f"trial {trial_id} already ended ({trial.state}); it takes no more {what}",
+            "submit a new experiment to train further",
+        )
+    numbers = [a.number for a in repo.list_attempts(trial_id)]
+    if attempt not in numbers:
+        have = f"its attempts are {', '.join(map(str, numbers))}" if numbers else "it has none"
+        raise InvalidSpec(
+            [FieldError("attempt", f"trial {trial_id} has no attempt {attempt}; {have}")]
+        )
+    return trial
+
+
+def check_metric_values(values: Mapping[str, object], where: str) -> list[FieldError]:
+    """The metric rule: names of at most 128 letters, digits, '_', '.', '-' or '/'; values
+    finite numbers (NaN and infinities are refused: the runtime drops them with a warning),
+    never strings or booleans."""
+    errors: list[FieldError] = []
+    if len(values) > limits.MAX_METRICS_PER_POINT:
+        errors.append(
+            FieldError(
+                where,
+                f"{len(values)} metrics in one point; the limit is {limits.MAX_METRICS_PER_POINT}",
+            )
+        )
+        return errors
+    for name, value in values.items():
+        if not isinstance(name, str) or not _METRIC_NAME.match(name):
+            shown = str(name)[:40]
+            errors.append(
+                FieldError(
+                    f"{where}.{shown}",
+                    "metric names are 1-128 letters, digits, '_', '.', '-' or '/'",
+                    "rename the metric",
+                )
+            )
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            errors.append(
+                FieldError(f"{where}.{name}", f"must be a number, not {type(value).__name__}")
+            )
+        elif isinstance(value, int) and not limits.INT64_MIN <= value <= limits.INT64_MAX:
+            errors.append(FieldError(f"{where}.{name}", "integer out of the 64-bit range"))
+        elif not math.isfinite(value):
+            errors.append(
+                FieldError(
+                    f"{where}.{name}",
+                    f"{value} is not a finite number",
+                    "NaN and infinities are not stored; report a finite value",
+                )
+            )
+    return errors
+
+
+def retention_victims(checkpoints: list[Checkpoint], spec: ExperimentSpec) -> set[int]:
+    """Ids of the checkpoints the spec's retention drops (keep latest N and best M)."""
+    keep: set[int] = set()
+    by_step = sorted(checkpoints, key=lambda c: (c.step, c.id), reverse=True)
+    # the latest always stays: a restart resumes from it
+    keep.update(c.id for c in by_step[: max(1, spec.checkpoints.keep_latest)])
+    metric = spec.searcher.metric
+    if metric and spec.checkpoints.keep_best:
+        scored = [c for c in checkpoints if isinstance(c.metrics.get(metric), int | float)]
+        scored.sort(key=lambda c: float(c.metrics[metric]), reverse=spec.searcher.mode == "max")
+        keep.update(c.id for c in scored[: spec.checkpoints.keep_best])
+    return {c.id for c in checkpoints if c.id not in keep}
+
+
+@dataclass(frozen=True)
+class StorageQuota:
+    """A tenant's storage quotas in bytes (the server's defaults where its admin set none)."""
+
+    max_checkpoint_bytes: int
+    max_trial_storage_bytes: int
+    max_storage_bytes: int
+
+    @classmethod
+    def of(cls, tenant: Tenant) -> StorageQuota:
+        return cls(
+            tenant.max_checkpoint_bytes or limits.DEFAULT_MAX_CHECKPOINT_BYTES,
+            tenant.max_trial_storage_bytes or limits.DEFAULT_MAX_TRIAL_STORAGE_BYTES,
+            tenant.max_storage_bytes or limits.DEFAULT_MAX_TENANT_STORAGE_BYTES,
+        )
+
+
+@dataclass(frozen=True)
+class CheckpointUpload:
+    """A checkpoint upload that passed every check before its body is read."""
+
+    trial_id: int
+    tenant: str
+    uuid: str
+    step: int
+    attempt: int
+    metrics: dict[str, Any]
+    storage_key: str
+    max_bytes: int  # the body may not be longer (the tightest quota left)
+
+
+def _gib(size: int) -> str:
+    return f"{size / 1024**3:.2f} GiB"
+
+
 class TrackingService:
     def __init__(self, uow: UnitOfWork, store: ArtifactStore, clock: Clock) -> None:
         self.uow = uow
@@ -52,19 +181,40 @@ class TrackingService:
         points: list[tuple[int, dict[str, float]]],
         progress: dict[str, Any] | None = None,
     ) -> None:
-        for step, values in points:
-            for name, value in values.items():
-                if not isinstance(value, int | float) or isinstance(value, bool):
-                    raise InvalidRequest(f"metric {name!r} at step {step} is not a number")
+        """Store a batch of metric points of one attempt (the trial's own token only)."""
+        if len(points) > limits.MAX_POINTS_PER_REQUEST:
+            raise TooLarge(
+                f"{len(points)} points in one request; the limit is "
+                f"{limits.MAX_POINTS_PER_REQUEST}",
+                "send them in several requests (the runtime batches by itself)",
+            )
+        errors: list[FieldError] = []
+        for i, (step, values) in enumerate(points):
+            if not 0 <= step <= limits.INT64_MAX:
+                errors.append(FieldError(f"points.{i}.step", "must be in 0..2**63-1"))
+            errors.extend(check_metric_values(values, f"points.{i}.values"))
+        if errors:
+            raise InvalidSpec(errors[:20])
         now = self.clock()
         with self.uow() as repo:
-            trial = _trial_for(repo, principal, trial_id, write=True)
-            repo.upsert_metrics(trial_id, attempt, points, now)
+            trial = _writable_trial(repo, principal, trial_id, attempt, "metrics", now)
             latest = dict(trial.latest_metrics)
+            names = {n for _, values in points for n in values}
+            known = set(latest) - {"step"}
+            if len(known | names) > limits.MAX_METRIC_NAMES_PER_TRIAL:
+                raise InvalidSpec(
+                    [
+                        FieldError(
+                            "points",
+                            f"the trial would have {len(known | names)} distinct metric names; "
+                            f"the limit is {limits.MAX_METRIC_NAMES_PER_TRIAL} per trial",
+                            "report fewer distinct metrics (names are columns, not data)",
+                        )
+                    ]
+                )
+            repo.upsert_metrics(trial_id, attempt, points, now)
             for step, values in sorted(points, key=lambda p: p[0]):
-                for name, value in values.items():
-                    if math.isfinite(value):
-                        latest[name] = value
+                latest.update(values)
                 latest["step"] = max(step, int(latest.get("step", step)))
             repo.update_trial(
                 trial_id, TrialUpdate(latest_metrics=latest, progress=progress or KEEP)
@@ -77,6 +227,141 @@ class TrackingService:
             _trial_for(repo, principal, trial_id, write=False)
             return repo.list_metrics(trial_id, after_step, limit)
 
+    def begin_checkpoint(
+        self,
+        principal: Principal,
+        trial_id: int,
+        uuid: str,
+        step: int,
+        attempt: int,
+        metrics: dict[str, Any],
+        declared_bytes: int | None,
+    ) -> CheckpointUpload | Checkpoint:
+        """Check a checkpoint upload before its body is read.
+
+        Returns the registered checkpoint when ``uuid`` was uploaded before (a retry), or the
+        upload to stream into :meth:`open_checkpoint_writer`. ``declared_bytes`` (the request's
+        Content-Length) is checked against the quotas here, before any byte is read.
+        """
+        if not uuid or len(uuid) > 64 or not all(c.isalnum() or c in "-_" for c in uuid):
+            raise InvalidRequest("checkpoint uuid must be 1-64 letters, digits, '-' or '_'")
+        errors = check_metric_values(metrics, "metrics")
+        if errors:
+            raise InvalidSpec(errors)
+        now = self.clock()
+        with self.uow() as repo:
+            trial = _writable_trial(repo, principal, trial_id, attempt, "checkpoints", now)
+            existing = repo.get_checkpoint_by_uuid(uuid)
+            if existing is not None:
+                if existing.trial_id != trial_id:
+                    raise InvalidRequest(f"checkpoint uuid {uuid} belongs to another trial")
+                return existing  # a retried upload: registered once
+            room = self._room(repo, trial, step, metrics)
+        if declared_bytes is not None and declared_bytes > room[0]:
+            raise room[1](declared_bytes)
+        return CheckpointUpload(
+            trial_id,
+            trial.tenant,
+            uuid,
+            step,
+            attempt,
+            metrics,
+            checkpoint_key(trial.tenant, trial_id, uuid),
+            room[0],
+        )
+
+    def _room(
+        self, repo: Repository, trial: Trial, step: int, metrics: dict[str, Any]
+    ) -> tuple[int, Callable[[int], Exception]]:
+        """The largest checkpoint the quotas leave room for, and the error for a larger one.
+
+        Checkpoints that retention drops once this one is kept do not count.
+        """
+        tenant = repo.get_tenant(trial.tenant)
+        assert tenant is not None
+        quota = StorageQuota.of(tenant)
+        spec = ExperimentSpec.model_validate(repo.experiment_of(trial.id).spec)
+        kept = repo.list_checkpoints(trial.id)
+        incoming = Checkpoint(-1, trial.id, "", step, 0, metrics, "", 0, 0.0)
+        dropped = retention_victims([*kept, incoming], spec)
+        trial_used = sum(c.size_bytes for c in kept if c.id not in dropped)
+        tenant_used = repo.checkpoint_bytes_by_tenant().get(trial.tenant, 0) - sum(
+            c.size_bytes for c in kept if c.id in dropped
+        )
+        limits_left = [
+            (quota.max_checkpoint_bytes, "the checkpoint size limit", quota.max_checkpoint_bytes),
+            (
+                quota.max_trial_storage_bytes - trial_used,
+                "the trial's storage quota",
+                quota.max_trial_storage_bytes,
+            ),
+            (
+                quota.max_storage_bytes - tenant_used,
+                f"tenant {trial.tenant!r}'s storage quota",
+                quota.max_storage_bytes,
+            ),
+        ]
+        left, name, total = min(limits_left, key=lambda item: item[0])
+        left = max(0, left)
+
+        def error(size: int) -> Exception:
+            message = (
+                f"a checkpoint of {_gib(size)} does not fit in {name} of {_gib(total)} "
+                f"({_gib(left)} left)"
+            )
+            hint = "save a smaller state, keep fewer checkpoints, or ask an admin to raise it"
+            if name == "the checkpoint size limit":
+                return TooLarge(message, hint)
+            return QuotaExceeded(message, hint)
+
+        return left, error
+
+    def open_checkpoint_writer(self, upload: CheckpointUpload) -> BlobWriter:
+        """Where the upload's bytes go, chunk by chunk, before any transaction opens."""
+        return self.store.open_writer(upload.storage_key)
+
+    def finish_checkpoint(
+        self, principal: Principal, upload: CheckpointUpload, writer: BlobWriter
+    ) -> Checkpoint:
+        """Register a streamed checkpoint (re-checking the trial and quotas); the writer is
+        committed here or aborted when anything is refused."""
+        now = self.clock()
+        try:
+            with self.uow() as repo:
+                trial = _writable_trial(
+                    repo, principal, upload.trial_id, upload.attempt, "checkpoints", now
+                )
+                existing = repo.get_checkpoint_by_uuid(upload.uuid)
+                if existing is not None:
+                    writer.abort()  # a concurrent retry registered it first
+                    return existing
+                left, error = self._room(repo, trial, upload.step, upload.metrics)
+                if writer.size > left:
+                    raise error(writer.size)
+                size = writer.commit()
+                checkpoint = repo.add_checkpoint(
+                    upload.trial_id,
+                    upload.uuid,
+                    upload.step,
+                    upload.attempt,
+                    upload.metrics,
+                    upload.storage_key,
+                    size,
+                    now,
+                )
+                repo.add_event(
+                    upload.trial_id,
+                    "checkpoint",
+                    f"checkpoint {checkpoint.id} at step {upload.step}",
+                    now,
+                )
+                spec = ExperimentSpec.model_validate(repo.experiment_of(upload.trial_id).spec)
+                self._apply_retention(repo, upload.trial_id, spec)
+                return checkpoint
+        except BaseException:
+            writer.abort()
+            raise
+
     def register_checkpoint(
         self,
         principal: Principal,
@@ -87,56 +372,40 @@ class TrackingService:
         metrics: dict[str, Any],
         data: bytes,
     ) -> Checkpoint:
-        if not uuid or len(uuid) > 64 or not all(c.isalnum() or c in "-_" for c in uuid):
-            raise InvalidRequest("checkpoint uuid must be 1-64 letters, digits, '-' or '_'")
-        now = self.clock()
-        with self.uow() as repo:
-            trial = _trial_for(repo, principal, trial_id, write=True)
-            existing = repo.get_checkpoint_by_uuid(uuid)
-            if existing is not None:
-                if existing.trial_id != trial_id:
-                    raise InvalidRequest(f"checkpoint uuid {uuid} belongs to another trial")
-                return existing  # a retried upload: registered once
-            key = checkpoint_key(trial.tenant, trial_id, uuid)
-            self.store.put(key, data)
-            checkpoint = repo.add_checkpoint(
-                trial_id, uuid, step, attempt, metrics, key, len(data), now
-            )
-            repo.add_event(
-                trial_id, "checkpoint", f"checkpoint {checkpoint.id} at step {step}", now
-            )
-            spec = ExperimentSpec.model_validate(repo.experiment_of(trial_id).spec)
-            self._apply_retention(repo, trial_id, spec)
-            return checkpoint
+        """Register a checkpoint given whole (small ones; the API streams instead)."""
+        upload = self.begin_checkpoint(principal, trial_id, uuid, step, attempt, metrics, len(data))
+        if isinstance(upload, Checkpoint):
+            return upload
+        writer = self.open_checkpoint_writer(upload)
+        writer.write(data)
+        return self.finish_checkpoint(principal, upload, writer)
 
     def _apply_retention(self, repo: Repository, trial_id: int, spec: ExperimentSpec) -> None:
-        checkpoints = repo.list_checkpoints(trial_id)
-        keep: set[int] = set()
-        by_step = sorted(checkpoints, key=lambda c: (c.step, c.id), reverse=True)
-        # the latest always stays: a restart resumes from it
-        keep.update(c.id for c in by_step[: max(1, spec.checkpoints.keep_latest)])
-        metric = spec.searcher.metric
-        if metric and spec.checkpoints.keep_best:
-            scored = [c for c in checkpoints if isinstance(c.metrics.get(metric), int | float)]
-            scored.sort(key=lambda c: float(c.metrics[metric]), reverse=spec.searcher.mode == "max")
-            keep.update(c.id for c in scored[: spec.checkpoints.keep_best])
-        for checkpoint in checkpoints:
-            if checkpoint.id not in keep:
-                repo.mark_checkpoint_deleted(checkpoint.id)
-                self.store.delete(checkpoint.storage_key)
+        for checkpoint_id in retention_victims(repo.list_checkpoints(trial_id), spec):
+            checkpoint = repo.get_checkpoint(checkpoint_id)
+            assert checkpoint is not None
+            repo.mark_checkpoint_deleted(checkpoint_id)
+            self.store.delete(checkpoint.storage_key)
 
     def list_checkpoints(self, principal: Principal, trial_id: int) -> list[Checkpoint]:
         with self.uow() as repo:
             _trial_for(repo, principal, trial_id, write=False)
             return repo.list_checkpoints(trial_id)
 
-    def checkpoint_data(self, principal: Principal, trial_id: int, checkpoint_id: int) -> bytes:
+    def checkpoint_chunks(
+        self, principal: Principal, trial_id: int, checkpoint_id: int
+    ) -> tuple[Checkpoint, Iterator[bytes]]:
+        """A checkpoint and its bytes in chunks (for streaming downloads)."""
         with self.uow() as repo:
             _trial_for(repo, principal, trial_id, write=False)
             checkpoint = repo.get_checkpoint(checkpoint_id)
             if checkpoint is None or checkpoint.trial_id != trial_id:
                 raise NotFound(f"checkpoint {checkpoint_id} of trial {trial_id} does not exist")
-        return self.store.get(checkpoint.storage_key)
+        return checkpoint, self.store.iter_chunks(checkpoint.storage_key)
+
+    def checkpoint_data(self, principal: Principal, trial_id: int, checkpoint_id: int) -> bytes:
+        _, chunks = self.checkpoint_chunks(principal, trial_id, checkpoint_id)
+        return b"".join(chunks)
 
     def signals(self, principal: Principal, trial_id: int) -> tuple[bool, str | None]:
         with self.uow() as repo:

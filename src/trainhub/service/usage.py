@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trainhub.core.errors import InvalidRequest
 from trainhub.core.fairshare import DecayedUsage
@@ -19,6 +19,7 @@ from trainhub.service.clock import Clock
 from trainhub.service.ports import Principal
 from trainhub.service.records import AttemptUsage
 from trainhub.service.repository import UnitOfWork
+from trainhub.service.tracking import StorageQuota
 
 DAY_S = 86_400.0
 
@@ -46,11 +47,21 @@ class TenantShareRow:
 
 
 @dataclass(frozen=True)
+class TenantStorageRow:
+    tenant: str
+    checkpoint_bytes: int  # kept checkpoints now
+    max_storage_bytes: int
+    max_trial_storage_bytes: int
+    max_checkpoint_bytes: int
+
+
+@dataclass(frozen=True)
 class UsageReport:
     since: float
     until: float
     rows: list[UsageRow]
     tenants: list[TenantShareRow]
+    storage: list[TenantStorageRow] = field(default_factory=list)
 
 
 def _day(timestamp: float) -> str:
@@ -105,6 +116,19 @@ class UsageService:
                 a for a in repo.attempt_usage(since) if allowed is None or a.tenant in allowed
             ]
             tenants = [t for t in repo.list_tenants() if allowed is None or t.name in allowed]
+            stored = repo.checkpoint_bytes_by_tenant()
+        storage = []
+        for tenant in tenants:
+            quota = StorageQuota.of(tenant)
+            storage.append(
+                TenantStorageRow(
+                    tenant.name,
+                    stored.get(tenant.name, 0),
+                    quota.max_storage_bytes,
+                    quota.max_trial_storage_bytes,
+                    quota.max_checkpoint_bytes,
+                )
+            )
         totals = account(attempts, since, min(until, now))
         rows = [
             UsageRow(day, tenant, user, project, seconds / 3600.0)
@@ -122,4 +146,4 @@ class UsageService:
             shares.append(
                 TenantShareRow(tenant.name, tenant.guaranteed_slots, slot_hours, average, ratio)
             )
-        return UsageReport(since, until, rows, shares)
+        return UsageReport(since, until, rows, shares, storage)

@@ -66,7 +66,7 @@ def load_window(
     num_jobs: int,
     start_fraction: float = 0.4,
 ) -> list[TraceJob]:
-    """``num_jobs`` consecutive jobs, arrivals rescaled to offer ``load`` x the cluster.
+    """Up to ``num_jobs`` consecutive jobs, arrivals rescaled to offer ``load`` x the cluster.
 
     The offered load falls as the arrivals are stretched, so one factor is found by
     bisection; a window too small to reach ``load`` even with all jobs arriving almost at
@@ -77,7 +77,8 @@ def load_window(
     if load <= 0:
         raise ValueError(f"load must be > 0, got {load}")
     ordered = sorted(jobs, key=lambda j: (j.submit_s, j.job_id))
-    first = min(int(len(ordered) * start_fraction), max(0, len(ordered) - num_jobs))
+    # from start_fraction on, fewer than num_jobs where the trace ends first (openb has 6,203)
+    first = int(len(ordered) * start_fraction)
     window = ordered[first : first + num_jobs]
     if len(window) < 2:
         raise ValueError("a window needs at least two jobs")

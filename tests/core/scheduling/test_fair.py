@@ -347,3 +347,21 @@ def test_config_is_validated() -> None:
         FairShareConfig(min_run_time_s=-1.0)
     with pytest.raises(ValueError, match="service_thresholds_slot_s"):
         FairShareConfig(service_thresholds_slot_s=(10.0, 5.0))
+
+
+def test_tenant_limit_reason_says_cpus_for_cpu_slots() -> None:
+    from dataclasses import replace
+
+    from trainhub.core.resources import ResourceRequest
+
+    cpu_only = ResourceRequest(num_workers=4, gpus_per_worker=0, cpus_per_worker=1.0)
+    tenants = {"a": TenantShare(guaranteed_slots=0, limit_slots=4)}
+    _, out = decide(
+        nodes=[node("n", 0, cpus=16)],
+        queue=[replace(queued(i, gpus=0), request=cpu_only) for i in (1, 2)],
+        tenants=tenants,
+    )
+    d = by_id(out)
+    assert isinstance(d[1], Start)
+    assert isinstance(d[2], Pending)
+    assert d[2].reason.startswith("tenant quota of 4 CPUs in use")

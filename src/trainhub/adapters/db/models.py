@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -30,6 +31,10 @@ class TenantRow(Base):
     limit_slots: Mapped[int | None] = mapped_column(Integer, nullable=True)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     created_at: Mapped[float] = mapped_column(Float)
+    # storage quotas set by admins; NULL: the server's default (trainhub.core.limits)
+    max_checkpoint_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_trial_storage_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_storage_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class UserRow(Base):
@@ -139,7 +144,7 @@ class MetricRow(Base):
     __table_args__ = (UniqueConstraint("trial_id", "step"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"), index=True)
-    step: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(BigInteger)
     attempt: Mapped[int] = mapped_column(Integer)
     values: Mapped[dict[str, Any]] = mapped_column(JSON)
     reported_at: Mapped[float] = mapped_column(Float)
@@ -150,11 +155,11 @@ class CheckpointRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"), index=True)
     uuid: Mapped[str] = mapped_column(String(64), unique=True)
-    step: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(BigInteger)
     attempt: Mapped[int] = mapped_column(Integer)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
     storage_key: Mapped[str] = mapped_column(String(512))
-    size_bytes: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[float] = mapped_column(Float)
     deleted: Mapped[bool] = mapped_column(Boolean, default=False)
 

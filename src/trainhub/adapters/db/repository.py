@@ -74,7 +74,16 @@ class SqlUnitOfWork:
 
 
 def _tenant(row: TenantRow) -> Tenant:
-    return Tenant(row.id, row.name, row.guaranteed_slots, row.limit_slots, row.weight)
+    return Tenant(
+        row.id,
+        row.name,
+        row.guaranteed_slots,
+        row.limit_slots,
+        row.weight,
+        row.max_checkpoint_bytes,
+        row.max_trial_storage_bytes,
+        row.max_storage_bytes,
+    )
 
 
 def _token(row: TokenRow) -> Token:
@@ -740,6 +749,16 @@ class SqlRepository:
             .order_by(CheckpointRow.step, CheckpointRow.id)
         )
         return [_checkpoint(r) for r in rows]
+
+    def checkpoint_bytes_by_tenant(self) -> dict[str, int]:
+        query = (
+            select(TenantRow.name, func.coalesce(func.sum(CheckpointRow.size_bytes), 0))
+            .join(TrialRow, TrialRow.tenant_id == TenantRow.id)
+            .join(CheckpointRow, CheckpointRow.trial_id == TrialRow.id)
+            .where(CheckpointRow.deleted.is_(False))
+            .group_by(TenantRow.name)
+        )
+        return {name: int(total) for name, total in self.s.execute(query)}
 
     def mark_checkpoint_deleted(self, checkpoint_id: int) -> None:
         self.s.get_one(CheckpointRow, checkpoint_id).deleted = True

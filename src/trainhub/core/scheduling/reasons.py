@@ -143,8 +143,10 @@ class ReasonBook:
         return lambda trial: f"{prefix}; {self.busy(trial)}"
 
 
-def limit_reason(limit: int, used: int) -> str:
-    return f"tenant quota of {limit} GPUs in use ({used} running)"
+def limit_reason(limit: int, used: int, unit: str = "GPUs") -> str:
+    """'tenant quota of 8 GPUs in use (8 running)'; ``unit`` is CPUs for trials without GPUs,
+    whose slots are CPU cores."""
+    return f"tenant quota of {limit} {unit} in use ({used} running)"
 
 
 def behind_reason(trial_id: int) -> str:

@@ -1,0 +1,81 @@
+"""Every bound on what a user may send, written once.
+
+A request beyond one of these is refused with a 4xx whose message names the bound, before
+anything is stored or expanded (docs/adr/0008-every-input-bounded.md). Storage quotas
+(checkpoint size, storage per trial and per tenant) are per tenant and set by admins; the
+defaults below apply where an admin set none.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from trainhub.core.errors import FieldError
+
+# integers: ids, steps, attempts, offsets are 64-bit signed (what SQLite and PostgreSQL hold)
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+# the experiment spec (YAML text)
+MAX_SPEC_BYTES = 64 * 1024
+MAX_SPEC_DEPTH = 32  # nesting of mappings and sequences, aliases expanded
+# nodes plus characters of scalars once every alias is expanded: a spec that expands past
+# this is refused before it is built (a "billion laughs" document is a few hundred bytes)
+MAX_SPEC_EXPANDED_UNITS = 4 * MAX_SPEC_BYTES
+MAX_INT_DIGITS = 20  # a longer integer literal cannot fit in 64 bits
+MAX_ENTRYPOINT_CHARS = 4096
+MAX_DESCRIPTION_CHARS = 4096
+MAX_ENV_VARIABLES = 256
+MAX_ENV_NAME_CHARS = 256
+MAX_ENV_VALUE_CHARS = 32 * 1024
+MAX_HYPERPARAMETERS = 1000
+MAX_NODE_LABELS = 64
+MAX_LABEL_CHARS = 256
+MIN_CPUS_PER_WORKER = 0.01  # Ray accounts resources in 1/10,000ths; below 0.01 is a typo
+MAX_MEMORY_GB_PER_WORKER = 100_000.0
+
+# metrics (the names are also checked by the runtime, from the wire contract)
+MAX_METRIC_NAME_CHARS = 128
+METRIC_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,127}$"
+MAX_METRICS_PER_POINT = 256
+MAX_METRIC_NAMES_PER_TRIAL = 1000
+MAX_POINTS_PER_REQUEST = 1000
+
+# request bodies: JSON bodies and form fields; uploads have their own limits. A JSON body
+# costs the server about 15x its size once parsed: 1 MiB of metrics is ~15 MB for a moment
+MAX_JSON_BODY_BYTES = 1024 * 1024
+MAX_METRICS_BODY_BYTES = 1024 * 1024  # the runtime splits its batches to stay under this
+
+# storage quotas (defaults where the tenant's admin set none)
+DEFAULT_MAX_CHECKPOINT_BYTES = 16 * 1024**3
+DEFAULT_MAX_TRIAL_STORAGE_BYTES = 64 * 1024**3
+DEFAULT_MAX_TENANT_STORAGE_BYTES = 1024**4
+
+# failed authentication: this many per client address in a window, then 429 until it ends
+MAX_FAILED_AUTH_PER_WINDOW = 20
+FAILED_AUTH_WINDOW_S = 60.0
+
+
+def check_plain_values(data: Any, path: str = "") -> list[FieldError]:
+    """Integers that do not fit in 64 bits and non-finite floats, with their field paths.
+
+    ``data`` is what YAML or JSON gave (dicts, lists, scalars), already bounded in depth.
+    """
+    errors: list[FieldError] = []
+    stack: list[tuple[str, Any]] = [(path, data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            errors.append(FieldError(where, "integer out of range", "integers must fit in 64 bits"))
+        elif isinstance(value, float) and not math.isfinite(value):
+            errors.append(
+                FieldError(where, f"{value} is not a finite number", "use a finite number")
+            )
+        elif isinstance(value, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{where}.{i}" if where else str(i), v) for i, v in enumerate(value))
+    return sorted(errors, key=lambda e: e.path)

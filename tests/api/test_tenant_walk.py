@@ -1,0 +1,147 @@
+"""Every route, called with another tenant's tokens of every role (and its trial's token) on
+tenant A's objects: 403 or 404, and A's objects appear in no listing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import build_bounded_api
+from tests.api.test_auth import SPEC, submit
+from tests.api.trials import start_attempt
+from tests.fixtures.api import Api
+
+
+@dataclass(frozen=True)
+class World:
+    api: Api
+    ids: dict[str, Any]  # path parameter -> tenant A's object
+    outsiders: dict[str, dict[str, str]]  # who -> headers
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    api = build_bounded_api(Path(tmp_path_factory.mktemp("walk")))
+    with api.client:
+        alice = api.user("alice", "vision")
+        experiment = submit(api, alice).json()
+        trial_id = experiment["trials"][0]["id"]
+        submit(api, alice)  # a second one stays QUEUED: the queue must not show it
+        own = start_attempt(api, trial_id)
+        metrics = {"points": [{"step": 1, "values": {"loss": 1.0}}]}
+        assert api.client.post(f"/api/v1/trials/{trial_id}/metrics", json=metrics, headers=own)
+        r = api.client.post(
+            f"/api/v1/trials/{trial_id}/checkpoints",
+            params={"uuid": "a-ckpt", "step": 1},
+            content=b"state",
+            headers=own,
+        )
+        assert r.status_code == 201, r.text
+        checkpoint_id = r.json()["id"]
+        token_id = api.client.get("/api/v1/tokens", headers=api.headers(alice)).json()["data"][0][
+            "id"
+        ]
+        outsiders = {
+            role: api.headers(api.user(f"b-{role}", "speech", role))
+            for role in ("admin", "member", "viewer")
+        }
+        b_member = outsiders["member"]
+        b_trial = submit(api, b_member["Authorization"].split()[1]).json()["trials"][0]["id"]
+        outsiders["trial"] = start_attempt(api, b_trial)
+        ids = {
+            "experiment_id": experiment["id"],
+            "trial_id": trial_id,
+            "checkpoint_id": checkpoint_id,
+            "token_id": token_id,
+            "name": "vision",
+            "tenant": "vision",
+            "username": "alice",
+        }
+        yield World(api, ids, outsiders)
+    api.services.uow.engine.dispose()  # type: ignore[attr-defined]
+
+
+# what each route is sent besides its path: keyword arguments of TestClient.request
+_BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("POST", "/api/v1/experiments"): {"data": {"spec": SPEC, "tenant": "vision"}},
+    ("POST", "/api/v1/trials/{trial_id}/metrics"): {
+        "json": {"points": [{"step": 2, "values": {"loss": 0.1}}]}
+    },
+    ("POST", "/api/v1/trials/{trial_id}/checkpoints"): {
+        "params": {"uuid": "planted", "step": 999},
+        "content": b"evil",
+    },
+    ("PATCH", "/api/v1/trials/{trial_id}"): {"json": {"priority": "low"}},
+    ("PATCH", "/api/v1/tenants/{name}"): {"json": {"weight": 5.0}},
+    ("PUT", "/api/v1/users/{username}/memberships"): {
+        "json": {"tenant": "vision", "role": "viewer"}
+    },
+    ("POST", "/api/v1/tokens"): {"json": {"username": "alice"}},
+    ("POST", "/api/v1/users"): {"json": {"username": "intruder", "is_admin": True}},
+    ("POST", "/api/v1/tenants"): {"json": {"name": "annex"}},
+}
+# routes without an object of tenant A in their path: what they answer must not show A
+_LISTINGS = {
+    ("GET", "/api/v1/experiments"),
+    ("GET", "/api/v1/queue"),
+    ("GET", "/api/v1/tenants"),
+    ("GET", "/api/v1/tokens"),
+    ("GET", "/api/v1/me"),
+    ("GET", "/api/v1/cluster"),
+    ("GET", "/api/v1/usage"),
+    ("GET", "/api/v1/users"),
+}
+# creating routes: refused to non-admins; to a tenant admin of B they touch only B
+_CREATING = {
+    ("POST", "/api/v1/tokens"),  # for alice: admins only
+    ("POST", "/api/v1/users"),
+    ("POST", "/api/v1/tenants"),
+    ("POST", "/api/v1/experiments"),  # into tenant A
+}
+
+
+def _routes(api: Api) -> list[tuple[str, str]]:
+    """Every (method, path template) of the API, from its OpenAPI schema."""
+    paths = api.client.get("/api/v1/openapi.json").json()["paths"]
+    routes = [(m.upper(), path) for path, operations in paths.items() for m in operations]
+    assert len(routes) >= 25
+    return sorted(routes)
+
+
+def test_the_walk_covers_every_route(world: World) -> None:
+    walked = {r for r in _routes(world.api) if "{" in r[1]} | _LISTINGS | _CREATING
+    assert set(_routes(world.api)) == walked
+
+
+@pytest.mark.parametrize("who", ["admin", "member", "viewer", "trial"])
+def test_another_tenants_tokens_reach_nothing_of_tenant_a(world: World, who: str) -> None:
+    api = world.api
+    headers = world.outsiders[who]
+    seen = []
+    for method, template in _routes(api):
+        path = template.format(**world.ids)
+        kwargs = _BODIES.get((method, template), {})
+        r = api.client.request(method, path, headers=headers, **kwargs)
+        seen.append((method, template, r.status_code))
+        if (method, template) in _LISTINGS:
+            assert r.status_code in (200, 403), (who, method, template, r.text)
+            text = r.text
+            assert "vision" not in text, (who, method, template, text[:300])
+            assert "alice" not in text, (who, method, template, text[:300])
+        else:
+            assert r.status_code in (403, 404), (who, method, template, r.status_code, r.text)
+    # tenant A is as it was
+    alice_view = api.client.get(
+        f"/api/v1/trials/{world.ids['trial_id']}", headers=api.headers()
+    ).json()
+    assert alice_view["state"] == "RUNNING"
+    assert alice_view["priority"] == "normal"
+    assert [c["uuid"] for c in alice_view["checkpoints"]] == ["a-ckpt"]
+    assert alice_view["latest_metrics"] == {"loss": 1.0, "step": 1}
+    tenants = api.client.get("/api/v1/tenants", headers=api.headers()).json()["data"]
+    assert {t["name"] for t in tenants} == {"default", "vision", "speech"}
+    assert len(seen) == len(_routes(api))
