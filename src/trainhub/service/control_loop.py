@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -138,8 +139,7 @@ class ControlLoop:
         with self.uow() as repo:
             active = repo.trials_in_states(ACTIVE_STATES)
             attempts = repo.open_attempts([t.id for t in active])
-            for trial in active:
-                self._spec(repo, trial)
+            self._load_specs(repo, active)
             self.view.advance_usage(repo, active, attempts, self.clock())
         for trial in active:
             report.polled += 1
@@ -336,6 +336,12 @@ class ControlLoop:
             self.executor.release(key)
 
     # ---------------------------------------------------------------- scheduling
+    def _load_specs(self, repo: Repository, trials: Sequence[Trial]) -> None:
+        """Parse the specs of experiments not seen yet, read in one query."""
+        missing = {t.experiment_id for t in trials if t.experiment_id not in self._specs}
+        for experiment_id, spec in repo.experiment_specs(sorted(missing)).items():
+            self._specs[experiment_id] = ExperimentSpec.model_validate(spec)
+
     def _spec(self, repo: Repository, trial: Trial) -> ExperimentSpec:
         spec = self._specs.get(trial.experiment_id)
         if spec is None:
@@ -348,8 +354,7 @@ class ControlLoop:
         with self.uow() as repo:
             queued = repo.trials_in_states([TrialState.QUEUED])
             active = repo.trials_in_states(ACTIVE_STATES)
-            for trial in (*queued, *active):
-                self._spec(repo, trial)
+            self._load_specs(repo, [*queued, *active])
             snapshot = self.view.snapshot(
                 repo, queued, active, self._specs, self.executor.cluster_nodes, now
             )
@@ -362,6 +367,7 @@ class ControlLoop:
             if isinstance(decision, Preempt):
                 self._preempt(decision)
         position = 0
+        notes: list[tuple[int, TrialUpdate]] = []
         for decision in decisions:
             if isinstance(decision, Start):
                 self._start(by_id[decision.trial_id], decision.placement)
@@ -371,11 +377,16 @@ class ControlLoop:
                 position += 1
                 trial = by_id[decision.trial_id]
                 if trial.pending_reason != decision.reason or trial.queue_position != position:
-                    with self.uow() as repo:
-                        repo.update_trial(
+                    notes.append(
+                        (
                             trial.id,
                             TrialUpdate(pending_reason=decision.reason, queue_position=position),
                         )
+                    )
+        if notes:
+            # one statement each and one commit: a long queue's reasons are cheap to keep
+            with self.uow() as repo:
+                repo.update_trials(notes)
 
     def _start(self, trial: Trial, placement: tuple[str, ...]) -> None:
         now = self.clock()
