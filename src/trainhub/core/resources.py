@@ -32,7 +32,9 @@ class Node:
 
     def fits(self, request: ResourceRequest, free: bool = True) -> int:
         """How many ranks of ``request`` this node can hold (free or total capacity)."""
-        if not self.alive or not request.labels_match(self.labels, self.gpu_model):
+        if not self.alive or (
+            request.node_labels and not request.labels_match(self.labels, self.gpu_model)
+        ):
             return 0
         gpus = self.free_gpus if free else self.total_gpus
         cpus = self.free_cpus if free else self.total_cpus
