@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -166,10 +167,13 @@ def two_host_cluster(
         }
     )
     if os.environ.get("RAY_AUTH_MODE", "").lower() != "disabled":
-        from trainhub.adapters.ray_executor.local_cluster import ensure_auth_token
-
-        ensure_auth_token()  # a fresh HOME has none, and Ray refuses to start without one
-        env["RAY_AUTH_MODE"] = "token"  # keep token authentication on (~/.ray/auth_token)
+        # token authentication stays on, with a token of this cluster's own: a fresh machine
+        # (an empty HOME, no ~/.ray/auth_token) works, and no other cluster's token is read
+        token_file = temp_dir / "auth_token"
+        token_file.write_text(secrets.token_hex(32))
+        token_file.chmod(0o600)
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN_PATH"] = str(token_file)
     cluster = TwoHostCluster(ns_a, ns_b, temp_dir, rate, env)
     common = [
         f"--num-cpus={cpus_per_node}",

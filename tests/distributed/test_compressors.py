@@ -73,3 +73,17 @@ def test_density_warmup_is_geometric() -> None:
         assert state.current_density() == pytest.approx(expected)
     assert num_selected(1000, 0.001) == 1
     assert num_selected(10, 1e-9) == 1
+
+
+def test_onebit_blocks_are_segments_of_each_tensor() -> None:
+    from trainhub.runtime.distributed.onebit import num_scales, split_blocks
+
+    torch.manual_seed(2)
+    lengths = [1000, 7, 300]
+    x = torch.randn(sum(lengths)) * torch.rand(sum(lengths))
+    by_block, residual = compress(x, lengths, 256)
+    by_segment, same_residual = compress(x, split_blocks(lengths, 256))
+    assert num_scales(lengths, 256) == len(split_blocks(lengths, 256)) == 4 + 1 + 2
+    assert torch.equal(by_block, by_segment)
+    torch.testing.assert_close(residual, same_residual)
+    torch.testing.assert_close(decompress(by_block, lengths, 256) + residual, x, rtol=0, atol=1e-6)

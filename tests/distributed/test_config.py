@@ -1,4 +1,4 @@
-"""The spec's pydantic model (core) and the runtime's dataclass agree on every field and rule."""
+"""The ``distributed`` section is defined once: the core's spec and the runtime use one class."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from trainhub.core.distributed_spec import DistributedSpec
+from trainhub.core.distributed_spec import STRATEGY_CONFIGS, DistributedSpec, Strategy
 from trainhub.runtime.distributed.config import ENV_DISTRIBUTED, DistributedConfig
 from trainhub.runtime.protocol import ENV_DISTRIBUTED as PROTOCOL_ENV
 
@@ -20,6 +20,7 @@ EXAMPLES: list[dict[str, Any]] = [
     {"strategy": "topk", "topk": {"density": 0.001, "warmup_steps": 0}},
     {"strategy": "localsgd", "localsgd": {"period": 16, "start_step": 0}},
     {"strategy": "ps", "ps": {"num_shards": 4, "consistency": "ssp", "staleness": 3}},
+    {"strategy": "ps", "large_batch": {"optimizer": "adamw"}},
     {
         "large_batch": {
             "accumulation_steps": 8,
@@ -51,13 +52,29 @@ INVALID: list[dict[str, Any]] = [
     {"memory": {"precision": "fp8"}},
     {"memory": {"fsdp": True}, "strategy": "topk"},
     {"strategy": "ps", "large_batch": {"optimizer": "lamb"}},
+    {"strategy": "ps", "ps": {"cpus_per_shard": 1}},  # shards run inside the ranks now
     {"topk": {"densty": 0.1}},  # unknown field
     {"unknown": 1},
 ]
 
 
-def test_defaults_agree() -> None:
+def test_core_and_runtime_use_the_same_class() -> None:
+    assert DistributedSpec is DistributedConfig
     assert DistributedSpec().model_dump(mode="json") == DistributedConfig().to_dict()
+
+
+def test_every_strategy_has_one_registered_class_with_its_own_config() -> None:
+    from trainhub.runtime.distributed.strategies import COMM_STRATEGIES, BuiltinCommStrategy
+    from trainhub.runtime.model import BaseCommStrategy
+
+    assert set(COMM_STRATEGIES) == set(STRATEGY_CONFIGS) == {s.value for s in Strategy}
+    for name, cls in COMM_STRATEGIES.items():
+        assert issubclass(cls, BuiltinCommStrategy)
+        assert issubclass(cls, BaseCommStrategy)
+        assert cls.name == name
+        section = DistributedConfig.from_mapping({"strategy": name})
+        key = STRATEGY_CONFIGS[name]
+        assert section.strategy_config is (None if key is None else getattr(section, key))
 
 
 @pytest.mark.parametrize("section", EXAMPLES)

@@ -6,6 +6,7 @@ gradient accumulation, the linear-scaling schedule and the step timer.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -35,16 +36,13 @@ def train_digits(
     batch_size: int = 32,
     lr: float = 0.05,
     model_name: str = "mlp",
-    ps_name: str | None = None,
 ) -> dict[str, Any]:
     """Train on sklearn digits with the ``distributed`` section ``section``; every rank."""
     torch.manual_seed(0)
     splits = data.load("digits")
     config = DistributedConfig.from_mapping(section)
     kwargs: dict[str, Any] = {"in_features": 64, "hidden": (64,)} if model_name == "mlp" else {}
-    prepared = apply_strategy(
-        models.create(model_name, **kwargs), config, device="cpu", ps_name=ps_name
-    )
+    prepared = apply_strategy(models.create(model_name, **kwargs), config, device="cpu")
     model = prepared.model
     optimizer = prepared.make_optimizer(lr=lr, momentum=0.9)
     scheduler = prepared.make_lr_scheduler(optimizer, per_rank_batch_size=batch_size)
@@ -88,10 +86,12 @@ def train_digits(
         dist.all_reduce(low, op=dist.ReduceOp.MIN)
         dist.all_reduce(high, op=dist.ReduceOp.MAX)
         spread = float((high - low).abs().max())
+    prepared.close()  # ps: every rank is done with the shards
     return {
         "accuracy": accuracy,
         "summaries": summaries,
         "replica_spread": spread,
         "lr": optimizer.param_groups[0]["lr"],
         "hook_state": type(prepared.hook_state).__name__,
+        "ray_imported": "ray" in sys.modules,
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import socket
 import sys
@@ -44,17 +45,24 @@ def run_job(rank: int, job: dict[str, Any]) -> dict[str, Any]:
         splits = data.load(job["dataset"])
     config = DistributedConfig.from_mapping(job.get("distributed", {}))
     model = models.create(job["model"], **job.get("model_kwargs", {}))
-    prepared = apply_strategy(model, config, device="cpu", ps_name=job.get("ps_name"))
+    prepared = apply_strategy(model, config, device="cpu")
     optimizer = prepared.make_optimizer(lr=job.get("lr", 0.05), momentum=0.9)
     loader = make_loader(splits.train, job.get("batch_size", 64), seed=1)
     timer = StepTimer(meter=prepared.meter)
     epochs = job.get("epochs", 1)
     per_epoch: list[dict[str, float]] = []
+    base_lr, total_steps, step = job.get("lr", 0.05), epochs * len(loader), 0
     dist.barrier()
     started = time.perf_counter()
     for epoch in range(epochs):
         set_epoch(loader, epoch)
         for x, y in timer.iter_data(loader):
+            if job.get("lr_schedule", "constant") == "cosine":
+                # anneal to 0 at the end: the final weights (what is evaluated) are then not one
+                # noisy iterate of a high constant rate, whose accuracy swings by points
+                for group in optimizer.param_groups:
+                    group["lr"] = base_lr * 0.5 * (1 + math.cos(math.pi * step / total_steps))
+            step += 1
             with timer.phase("forward"):
                 loss = nn.functional.cross_entropy(prepared.model(x), y)
             with timer.phase("backward"):

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 import trainhub
-from trainhub.runtime.model import make_strategy, unwrap_model
+from trainhub.runtime.model import BaseCommStrategy, unwrap_model
+from trainhub.runtime.protocol import ENV_DISTRIBUTED
 
 
 def _lines(path: Path) -> list[dict[str, float]]:
@@ -128,10 +129,90 @@ def test_prepare_model_and_loader_leave_one_rank_unwrapped() -> None:
     ]
 
 
-def test_unknown_communication_strategy_is_refused_with_a_hint() -> None:
-    assert make_strategy(None).name == "allreduce"
-    with pytest.raises(ValueError, match=r"strategy 'powersgd'.*available: 'allreduce'"):
-        make_strategy({"strategy": "powersgd"})
+def test_unknown_communication_strategy_is_refused_with_a_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(ENV_DISTRIBUTED, json.dumps({"strategy": "ring"}))
+    with trainhub.init() as ctx, pytest.raises(ValueError, match=r"distributed\.strategy: must"):
+        ctx.prepare_model(nn.Linear(2, 2))
+
+
+class _CountingStrategy(BaseCommStrategy):
+    name = "counting"
+    wraps_single_process = True  # so that one process exercises it
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def wrap(self, model: nn.Module, *, device: torch.device) -> nn.Module:
+        return model
+
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        optimizer.register_step_post_hook(lambda *_: setattr(self, "steps", self.steps + 1))
+        return optimizer
+
+
+def test_a_strategy_of_the_script_keeps_the_prepared_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(ENV_DISTRIBUTED, json.dumps({"memory": {"precision": "bf16"}}))
+    strategy = _CountingStrategy()
+    with trainhub.init() as ctx:
+        model = ctx.prepare_model(nn.Linear(4, 2), strategy=strategy)
+        assert ctx.prepared is not None
+        assert ctx.prepared.strategy is strategy
+        optimizer = ctx.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+        with ctx.autocast():
+            out = model(torch.randn(3, 4))
+        assert out.dtype == torch.bfloat16  # autocast acted
+        ctx.backward(out.float().sum())
+        ctx.step(optimizer)
+    assert strategy.steps == 1
+
+
+def test_prepare_optimizer_applies_the_large_batch_section(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    section = {
+        "large_batch": {
+            "optimizer": "lars",
+            "lr_scaling": "linear",
+            "reference_batch_size": 16,
+            "accumulation_steps": 2,
+            "warmup_steps": 4,
+        }
+    }
+    monkeypatch.setenv(ENV_DISTRIBUTED, json.dumps(section))
+    from trainhub.runtime.distributed.optim import LARS
+
+    with trainhub.init() as ctx:
+        model = ctx.prepare_model(nn.Linear(4, 2))
+        ctx.prepare_data_loader(torch.utils.data.TensorDataset(torch.zeros(64, 4)), batch_size=32)
+        optimizer = ctx.prepare_optimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.8, weight_decay=1e-4)
+        )
+        assert isinstance(optimizer, LARS)
+        group = optimizer.param_groups[0]
+        assert (group["momentum"], group["weight_decay"]) == (0.8, 1e-4)
+        assert group["lr"] == pytest.approx(0.1 * 32 * 2 / 16)  # global batch 64 / 16 = 4x
+        seen: list[float] = []
+        optimizer.register_step_pre_hook(lambda opt, *_: seen.append(opt.param_groups[0]["lr"]))
+        for _ in range(6):
+            model(torch.randn(2, 4)).sum().backward()
+            optimizer.step()
+        # linear ramp from the base lr (0.1) to the scaled one (0.4) over 4 steps, then 0.4
+        assert seen == pytest.approx([0.1, 0.175, 0.25, 0.325, 0.4, 0.4])
+        assert group["lr"] == pytest.approx(0.4)  # the user's schedule sees the scaled lr
+
+
+def test_linear_scaling_without_a_batch_size_says_how_to_give_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(ENV_DISTRIBUTED, json.dumps({"large_batch": {"lr_scaling": "linear"}}))
+    with trainhub.init() as ctx:
+        model = ctx.prepare_model(nn.Linear(4, 2))
+        with pytest.raises(ValueError, match="per_rank_batch_size"):
+            ctx.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
 
 
 def test_importing_trainhub_or_the_protocol_does_not_import_torch() -> None:

@@ -29,11 +29,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from trainhub.runtime.checkpoints import CheckpointHandle
     from trainhub.runtime.context import Context, init
-    from trainhub.runtime.model import (
-        AllReduceStrategy,
-        BaseCommStrategy,
-        unwrap_model,
-    )
+    from trainhub.runtime.distributed.strategies import AllReduceStrategy
+    from trainhub.runtime.model import BaseCommStrategy, unwrap_model
     from trainhub.runtime.options import RuntimeOptions
 
 __all__ = [
@@ -51,7 +48,7 @@ _LAZY = {
     "Context": "trainhub.runtime.context",
     "CheckpointHandle": "trainhub.runtime.checkpoints",
     "RuntimeOptions": "trainhub.runtime.options",
-    "AllReduceStrategy": "trainhub.runtime.model",
+    "AllReduceStrategy": "trainhub.runtime.distributed.strategies",
     "BaseCommStrategy": "trainhub.runtime.model",
     "unwrap_model": "trainhub.runtime.model",
 }

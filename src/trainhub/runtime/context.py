@@ -30,7 +30,6 @@ from trainhub.runtime.checkpoints import (
     RemoteCheckpointStore,
 )
 from trainhub.runtime.data import make_data_loader, set_loader_epoch
-from trainhub.runtime.distributed.teardown import release_at_exit
 from trainhub.runtime.environment import LaunchEnv
 from trainhub.runtime.metrics import (
     BaseMetricsSink,
@@ -151,6 +150,8 @@ class Context:
         self._stopped = False
         self._stop_reason: str | None = None
         self._prepared: PreparedModel | None = None
+        self._batch_size: int | None = None
+        self._optimizers: list[torch.optim.Optimizer] = []
         self._poller: SignalPoller | None = None
         self._closed = False
         self._closing = False
@@ -279,32 +280,26 @@ class Context:
         Every rank calls it with the same architecture. With several ranks the model is wrapped
         for the configured strategy (``allreduce``: DDP; ``fp16``/``bf16``/``powersgd``/
         ``onebit``/``topk``/``localsgd``: DDP with that communication hook; ``ps``: parameter
-        shards as Ray actors), plus activation checkpointing or FSDP when asked. Then call
-        :meth:`prepare_optimizer` on your optimizer (local SGD and ``ps`` need it) and use
-        :meth:`autocast` / :meth:`backward` for mixed precision. Save
-        ``trainhub.runtime.unwrap_model(model).state_dict()``.
+        shards served by the trial's ranks), plus activation checkpointing or FSDP when asked.
+        Then call :meth:`prepare_optimizer` on your optimizer (large-batch options, local SGD
+        and ``ps`` need it) and use :meth:`autocast` / :meth:`backward` / :meth:`step` for mixed
+        precision. Save ``trainhub.runtime.unwrap_model(model).state_dict()``.
 
         Args:
             model: The user's module.
             strategy: Replace the spec's strategy with one of your own (a
-                :class:`~trainhub.runtime.model.BaseCommStrategy`).
+                :class:`~trainhub.runtime.model.BaseCommStrategy`); the section's memory and
+                large-batch options still apply.
 
         Example:
             >>> model = ctx.prepare_model(LeNet())  # doctest: +SKIP
             >>> optimizer = ctx.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
         """
-        if strategy is not None:
-            model = model.to(self._device)
-            if self.world_size <= 1:
-                return model
-            wrapped = strategy.wrap(model, device=self._device)
-            if isinstance(wrapped, nn.parallel.DistributedDataParallel):
-                release_at_exit(wrapped)
-            return wrapped
         from trainhub.runtime.distributed import apply_strategy
 
-        name = f"trainhub-ps-t{self.trial_id}-a{self.attempt}" if self.trial_id else None
-        self._prepared = apply_strategy(model, self.distributed, device=self._device, ps_name=name)
+        self._prepared = apply_strategy(
+            model, self.distributed, device=self._device, strategy=strategy
+        )
         return self._prepared.model
 
     @property
@@ -319,12 +314,44 @@ class Context:
         """What :meth:`prepare_model` built: meter, precision, averager, optimizer helpers."""
         return self._prepared
 
-    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """The optimizer every rank must step under the strategy (every rank calls it).
+    def prepare_optimizer(
+        self, optimizer: torch.optim.Optimizer, *, per_rank_batch_size: int | None = None
+    ) -> torch.optim.Optimizer:
+        """The optimizer every rank must step under the spec (every rank calls it).
 
-        ``localsgd`` adds periodic model averaging after the step; ``ps`` pushes gradients to the
-        shards and pulls weights; other strategies return ``optimizer`` itself.
+        Applies ``distributed.large_batch``: ``optimizer: lars``/``lamb`` replace ``optimizer``
+        by LARS/LAMB over the same parameter groups (lr, momentum or betas, weight decay carry
+        over); ``lr_scaling: linear`` multiplies each group's lr by ``global batch /
+        reference_batch_size`` (global batch = ``per_rank_batch_size`` x world size x
+        ``accumulation_steps``) and ramps it up from the base lr over ``warmup_steps`` steps.
+        Then the strategy's wrapping: ``localsgd`` adds periodic model averaging after the step;
+        ``ps`` pushes gradients to the shards and pulls weights.
+
+        Args:
+            optimizer: Built over the prepared model's parameters.
+            per_rank_batch_size: For linear lr scaling; default: the batch size of the last
+                :meth:`prepare_data_loader`.
+
+        Example:
+            >>> loader = ctx.prepare_data_loader(train_set, batch_size=64)  # doctest: +SKIP
+            >>> opt = ctx.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
         """
+        from trainhub.runtime.distributed.large_batch import apply_large_batch
+
+        spec = self.distributed.large_batch
+        batch = per_rank_batch_size if per_rank_batch_size is not None else self._batch_size
+        global_batch = None
+        if batch is not None:
+            global_batch = batch * self.world_size * spec.accumulation_steps
+        optimizer = apply_large_batch(
+            optimizer,
+            optimizer_kind=spec.optimizer,
+            lr_scaling=spec.lr_scaling,
+            reference_batch_size=spec.reference_batch_size,
+            warmup_steps=spec.warmup_steps,
+            global_batch_size=global_batch,
+        )
+        self._optimizers.append(optimizer)
         if self._prepared is None:
             return optimizer
         return self._prepared.wrap_optimizer(optimizer)
@@ -385,6 +412,7 @@ class Context:
         """
         # the shuffle must be the same permutation on every rank: seed it from the trial
         seed = self._hparams.get("seed", 0)
+        self._batch_size = batch_size
         return make_data_loader(
             dataset,
             batch_size,
@@ -454,7 +482,11 @@ class Context:
     def save_checkpoint(
         self, state: Mapping[str, Any], step: int, metrics: Mapping[str, object] | None = None
     ) -> CheckpointHandle | None:
-        """Save training state; every rank may call it, rank 0 alone writes.
+        """Save training state; every rank calls it, rank 0 alone writes.
+
+        Under ``localsgd`` it is a collective (every rank must call it at the same step): the
+        replicas are averaged first, so the checkpoint holds their average, not rank 0's
+        replica. Other strategies keep equal replicas and need no communication here.
 
         Rank 0 writes ``torch.save(state)`` before returning (training may then change its
         tensors); in managed mode the file is uploaded in the background, retried while the
@@ -475,11 +507,22 @@ class Context:
             >>> ctx.save_checkpoint({"model": model.state_dict(), "epoch": epoch}, step=epoch,
             ...                     metrics={"val_accuracy": acc})  # doctest: +SKIP
         """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"save_checkpoint() takes a dict of state, got {type(state).__name__}")
+        if self._prepared is not None and self.world_size > 1:
+            # local SGD: replicas differ between averagings; save their average, not rank 0's
+            # (``state`` holds views of the parameters, so it sees the averaged values)
+            self._prepared.average_replicas()
+            if self._prepared.is_fsdp:
+                from trainhub.runtime.distributed.sharded_checkpoint import pack_sharded
+
+                packed = pack_sharded(state)  # every rank writes its own shards
+                if packed is None:
+                    return None
+                state = packed
         if not self.is_chief:
             return None
         step = _as_step(step)
-        if not isinstance(state, Mapping):
-            raise TypeError(f"save_checkpoint() takes a dict of state, got {type(state).__name__}")
         values = {k: v for k, v in coerce_metrics(metrics or {}).items() if math.isfinite(v)}
         return self._checkpoints.save(state, step, values)
 
@@ -499,7 +542,15 @@ class Context:
             >>> state = ctx.restore()  # doctest: +SKIP
             >>> start = state["epoch"] + 1 if state else 0  # doctest: +SKIP
         """
-        return self._checkpoints.load(self._device, weights_only=weights_only)
+        state = self._checkpoints.load(self._device, weights_only=weights_only)
+        from trainhub.runtime.distributed.sharded_checkpoint import is_packed, unpack_sharded
+
+        if state is not None and is_packed(state):
+            model = self._prepared.module if self._prepared is not None else None
+            state = unpack_sharded(
+                state, model=model, optimizers=self._optimizers, weights_only=weights_only
+            )
+        return state
 
     # --- stopping ---
 
@@ -570,6 +621,8 @@ class Context:
             delivered = self._checkpoints.finish_close() and delivered
             if self._poller is not None:
                 self._poller.close()
+            if self._prepared is not None and not from_exit:
+                self._prepared.close()  # ps: stop the shards this rank serves
             if not delivered:
                 logger.error(
                     "trainhub: some metrics or checkpoints were not delivered within %.0f s",

@@ -1,80 +1,63 @@
-"""How a model is wrapped for data-parallel training: the communication-strategy extension point.
+"""The communication-strategy extension point, and how to reach the user's module inside it.
 
 :meth:`Context.prepare_model <trainhub.runtime.context.Context.prepare_model>` moves the model to
-its device and, with several ranks, hands it to a :class:`BaseCommStrategy`, whose one method
-takes the model and returns the module to train. :func:`make_strategy` is the single place that
-turns the spec's ``distributed`` section (``TRAINHUB_DISTRIBUTED``) into a strategy; communication
-strategies (compression hooks, local SGD, ...) plug in there. Today it knows ``allreduce``
-(plain DDP) and refuses any other name rather than silently training without what was asked.
+its device and hands it to a :class:`BaseCommStrategy`. The built-in strategies (one per name of
+the spec's ``distributed.strategy``, each with its own nested config) are registered in
+:data:`trainhub.runtime.distributed.strategies.COMM_STRATEGIES`; a script may pass its own
+subclass to ``prepare_model(strategy=...)`` instead.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainhub.runtime import protocol
-
 
 class BaseCommStrategy(ABC):
-    """Wraps a model so that its ranks exchange gradients (or weights) in some way."""
+    """Wraps a model so that its ranks exchange gradients (or weights) in some way.
+
+    Implement :meth:`wrap`; override :meth:`wrap_optimizer` when the optimizer step must do
+    more (local SGD averages, a parameter server pushes and pulls) and :meth:`average_replicas`
+    when replicas may differ between steps. Every method is called on every rank, the same way.
+
+    Example:
+        >>> class PlainDDP(BaseCommStrategy):
+        ...     name = "plain-ddp"
+        ...     def wrap(self, model, *, device):
+        ...         return DistributedDataParallel(model)
+        >>> model = ctx.prepare_model(Net(), strategy=PlainDDP())  # doctest: +SKIP
+    """
 
     name: ClassVar[str]
+    #: call :meth:`wrap` in a process without peers too (e.g. to reach a server)
+    wraps_single_process: ClassVar[bool] = False
 
     @abstractmethod
     def wrap(self, model: nn.Module, *, device: torch.device) -> nn.Module:
         """Return the module to train; ``model`` is already on ``device``.
 
-        Called on every rank with the process group set up and world size > 1.
+        Called on every rank, with the process group set up and world size > 1 (unless
+        :attr:`wraps_single_process`).
         """
 
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The optimizer every rank must step instead of ``optimizer`` (default: itself)."""
+        return optimizer
 
-class AllReduceStrategy(BaseCommStrategy):
-    """DistributedDataParallel: fp32 gradients averaged by ring all-reduce after each backward.
+    def average_replicas(self) -> None:
+        """Make every rank's parameters equal now, if the strategy lets them drift apart.
 
-    Args:
-        bucket_cap_mb: DDP bucket size (None: DDP's default, 25 MB).
-        find_unused_parameters: Allow parameters that get no gradient in a step (slower).
-    """
+        A collective (every rank calls it at the same point); a no-op by default.
+        """
+        return
 
-    name = "allreduce"
-
-    def __init__(self, bucket_cap_mb: float | None = None, find_unused_parameters: bool = False):
-        self.bucket_cap_mb = bucket_cap_mb
-        self.find_unused_parameters = find_unused_parameters
-
-    def wrap(self, model: nn.Module, *, device: torch.device) -> nn.Module:
-        return DistributedDataParallel(
-            model,
-            device_ids=[device.index] if device.type == "cuda" else None,
-            bucket_cap_mb=self.bucket_cap_mb,
-            find_unused_parameters=self.find_unused_parameters,
-        )
-
-
-def make_strategy(config: Mapping[str, Any] | None) -> BaseCommStrategy:
-    """The strategy the spec's ``distributed`` section asks for (default: ``allreduce``).
-
-    Raises:
-        ValueError: The section names a strategy this runtime does not have.
-    """
-    config = config or {}
-    name = config.get("strategy", AllReduceStrategy.name)
-    if name == AllReduceStrategy.name:
-        return AllReduceStrategy(
-            bucket_cap_mb=config.get("bucket_cap_mb"),
-            find_unused_parameters=bool(config.get("find_unused_parameters", False)),
-        )
-    raise ValueError(
-        f"{protocol.ENV_DISTRIBUTED} asks for strategy {name!r}, which this trainhub runtime "
-        f"does not provide (available: {AllReduceStrategy.name!r}); remove distributed.strategy "
-        "from the spec or pass prepare_model(model, strategy=...)"
-    )
+    def close(self) -> None:
+        """Release what :meth:`wrap` started (every rank, after the last step)."""
+        return
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:

@@ -26,9 +26,11 @@ if TYPE_CHECKING:
     from trainhub.runtime.distributed.onebit import OneBitState, onebit_hook
     from trainhub.runtime.distributed.optim import LAMB, LARS, build_optimizer
     from trainhub.runtime.distributed.strategies import (
+        COMM_STRATEGIES,
         PreparedModel,
         apply_strategy,
         make_comm_hook,
+        make_comm_strategy,
     )
     from trainhub.runtime.distributed.timing import StepTimer
     from trainhub.runtime.distributed.topk import TopKState, topk_hook
@@ -47,6 +49,8 @@ _EXPORTS = {
     "LAMB": "optim",
     "LARS": "optim",
     "build_optimizer": "optim",
+    "COMM_STRATEGIES": "strategies",
+    "make_comm_strategy": "strategies",
     "PreparedModel": "strategies",
     "apply_strategy": "strategies",
     "make_comm_hook": "strategies",
@@ -56,6 +60,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "COMM_STRATEGIES",
     "LAMB",
     "LARS",
     "CommMeter",
@@ -73,6 +78,7 @@ __all__ = [
     "linear_scaled_lr",
     "linear_scaling_warmup",
     "make_comm_hook",
+    "make_comm_strategy",
     "onebit_hook",
     "topk_hook",
 ]

@@ -5,6 +5,15 @@ Error feedback (Seide et al. 2014; Karimireddy et al. 2019): a rank compresses
 so nothing the compressor drops is lost, only delayed. Residuals are per DDP bucket. DDP
 rebuilds its buckets after the first backward pass, so compression starts at ``start_step >= 1``
 and a residual whose size no longer matches its bucket starts again from zero.
+
+Momentum correction (Lin et al. 2018, "Deep Gradient Compression", sec. 3.2): when the optimizer
+applies momentum *after* the exchange, an entry held back for many steps arrives at once and is
+then amplified by the momentum for many more steps: stale, large updates that cost accuracy. With
+``momentum`` set (the strategy takes it from the optimizer, whose own momentum it sets to 0),
+each rank keeps its velocity ``u = m u + g`` and compresses ``u + residual`` instead; the
+average of the ranks' velocities is exactly SGD's momentum buffer while nothing is dropped, and
+an entry that was sent has its velocity cleared (momentum factor masking), so it is not sent
+again from momentum alone.
 """
 
 from __future__ import annotations
@@ -52,6 +61,8 @@ class ErrorFeedbackState:
         self.meter = meter if meter is not None else CommMeter()
         self.step = 0  # completed backward passes
         self.residuals: dict[int, torch.Tensor] = {}
+        self.momentum = 0.0  # > 0: momentum correction (set by the strategy's wrap_optimizer)
+        self.velocities: dict[int, torch.Tensor] = {}  # id(parameter) -> its velocity, flat
 
     @property
     def world_size(self) -> int:
@@ -71,8 +82,11 @@ class ErrorFeedbackState:
             self.step += 1
 
     def with_residual(self, bucket: GradBucket) -> torch.Tensor:
-        """``gradient + residual`` of this bucket as a new float32 tensor."""
+        """``gradient + residual`` of this bucket as a new float32 tensor (with momentum
+        correction: ``velocity + residual``)."""
         grad = bucket.buffer().to(torch.float32, copy=True)
+        if self.momentum > 0.0:
+            grad = self._update_velocities(bucket, grad)
         if not self.error_feedback:
             return grad
         residual = self.residuals.get(bucket.index())
@@ -83,6 +97,40 @@ class ErrorFeedbackState:
     def keep_residual(self, bucket: GradBucket, residual: torch.Tensor) -> None:
         if self.error_feedback:
             self.residuals[bucket.index()] = residual
+
+    def _update_velocities(self, bucket: GradBucket, grad: torch.Tensor) -> torch.Tensor:
+        """``u = m u + g`` per parameter; the bucket's velocities, flat, as a new tensor.
+
+        Kept per parameter, not per bucket: DDP reorders a bucket's parameters when it rebuilds
+        its buckets after the first step, and a flat velocity would then be added to the wrong
+        entries.
+        """
+        parts = []
+        offset = 0
+        for param in bucket.parameters():
+            n = param.numel()
+            g = grad[offset : offset + n]
+            offset += n
+            velocity = self.velocities.get(id(param))
+            if velocity is None:
+                velocity = g.clone()
+                self.velocities[id(param)] = velocity
+            else:
+                velocity.mul_(self.momentum).add_(g)
+            parts.append(velocity)
+        return torch.cat(parts)
+
+    def mask_velocity(self, bucket: GradBucket, sent: torch.Tensor) -> None:
+        """Momentum factor masking: clear the velocity of the entries just sent (indices)."""
+        params = bucket.parameters()
+        if not params or id(params[0]) not in self.velocities:
+            return
+        flat = torch.cat([self.velocities[id(p)] for p in params]).index_fill_(0, sent, 0.0)
+        offset = 0
+        for param in params:
+            n = param.numel()
+            self.velocities[id(param)].copy_(flat[offset : offset + n])
+            offset += n
 
 
 def allreduce_mean(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -96,3 +97,102 @@ class GradientAccumulator:
     def should_step(self) -> bool:
         """True right after the micro-batch that completes an accumulated step."""
         return self._count % self.steps == 0
+
+
+def convert_optimizer(optimizer: torch.optim.Optimizer, kind: str) -> torch.optim.Optimizer:
+    """The same parameter groups under ``kind`` (``lars`` or ``lamb``); others: ``optimizer``.
+
+    Hyperparameters carry over by name (``lr``, ``weight_decay``; ``momentum`` for LARS,
+    ``betas``/``eps`` for LAMB); the rest of each group keeps the new optimizer's defaults.
+    """
+    from trainhub.runtime.distributed.optim import LAMB, LARS
+
+    target: type[torch.optim.Optimizer]
+    keys: tuple[str, ...]
+    if kind == "lars":
+        target, keys = LARS, ("lr", "momentum", "weight_decay")
+    elif kind == "lamb":
+        target, keys = LAMB, ("lr", "betas", "eps", "weight_decay")
+    else:
+        return optimizer
+    if isinstance(optimizer, target):
+        return optimizer
+    groups = [
+        {"params": group["params"], **{k: group[k] for k in keys if k in group}}
+        for group in optimizer.param_groups
+    ]
+    return target(groups)
+
+
+class LargeBatchSchedule:
+    """Linear lr scaling and gradual warm-up applied around every step of an optimizer.
+
+    The scaled rate is written into the groups once (so a scheduler the user builds
+    afterwards starts from it); during the warm-up a step pre-hook lowers each group's rate to
+    the ramp's value for that step and a post-hook puts it back, so the user's own scheduler
+    keeps control of the rate outside the step.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, *, scale: float, warmup_steps: int):
+        self.optimizer = optimizer
+        self.scale = scale
+        self.warmup_steps = warmup_steps
+        self.steps = 0
+        self._saved: list[float] = []
+        for group in optimizer.param_groups:
+            group["lr"] = group["lr"] * scale
+            if "initial_lr" in group:
+                group["initial_lr"] = group["initial_lr"] * scale
+        if warmup_steps > 0 and scale != 1.0:
+            optimizer.register_step_pre_hook(self._before_step)
+        optimizer.register_step_post_hook(self._after_step)
+
+    def factor(self) -> float:
+        """What the scaled rate is multiplied by at the current step (1 after the warm-up)."""
+        return warmup_factor(self.steps, self.warmup_steps, self.scale) / self.scale
+
+    def _before_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        factor = self.factor()
+        self._saved = [group["lr"] for group in optimizer.param_groups]
+        if factor != 1.0:
+            for group in optimizer.param_groups:
+                group["lr"] = group["lr"] * factor
+
+    def _after_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        if self._saved:
+            for group, lr in zip(optimizer.param_groups, self._saved, strict=True):
+                group["lr"] = lr
+            self._saved = []
+        self.steps += 1
+
+
+def apply_large_batch(
+    optimizer: torch.optim.Optimizer,
+    *,
+    optimizer_kind: str,
+    lr_scaling: str,
+    reference_batch_size: int,
+    warmup_steps: int,
+    global_batch_size: int | None,
+) -> torch.optim.Optimizer:
+    """The spec's ``large_batch`` applied to a user's optimizer (see ``Context.prepare_optimizer``).
+
+    ``lars``/``lamb`` replace the optimizer (same groups); ``lr_scaling: linear`` multiplies
+    every group's rate by ``global_batch_size / reference_batch_size`` and, with
+    ``warmup_steps``, ramps it there from the base rate.
+
+    Raises:
+        ValueError: linear scaling without a known global batch size.
+    """
+    optimizer = convert_optimizer(optimizer, optimizer_kind)
+    if lr_scaling != "linear":
+        return optimizer
+    if global_batch_size is None:
+        raise ValueError(
+            "distributed.large_batch.lr_scaling is 'linear' but the global batch size is "
+            "unknown: build the loader with ctx.prepare_data_loader(...) first, or pass "
+            "ctx.prepare_optimizer(optimizer, per_rank_batch_size=...)"
+        )
+    scale = linear_scaled_lr(1.0, global_batch_size, reference_batch_size)
+    LargeBatchSchedule(optimizer, scale=scale, warmup_steps=warmup_steps)
+    return optimizer

@@ -89,16 +89,24 @@ def _parameters_of(params: list[Any]) -> list[torch.Tensor]:
 def average_replicas(
     params: Iterable[torch.nn.Parameter], meter: CommMeter, group: dist.ProcessGroup | None
 ) -> None:
-    """Average the parameters over all ranks now (one all-reduce), whatever the period says."""
-    from torch.distributed.algorithms.model_averaging.utils import average_parameters
+    """Average the parameters over all ranks now (one all-reduce), whatever the period says.
 
+    The average is copied into each parameter's own storage (PyTorch's ``average_parameters``
+    rebinds ``p.data`` instead), so a state dict taken before still sees it.
+    """
     tensors = list(params)
+    if not tensors:
+        return
     payload = sum(t.numel() * t.element_size() for t in tensors)
     meter.add_allreduce(payload, dist.get_world_size(group))
-    with meter.sync():
-        world = group if group is not None else dist.group.WORLD
-        assert world is not None
-        average_parameters(iter(tensors), world)
+    with meter.sync(), torch.no_grad():
+        flat = torch.cat([t.detach().reshape(-1).to(torch.float32) for t in tensors])
+        dist.all_reduce(flat, group=group)
+        flat /= dist.get_world_size(group)
+        offset = 0
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
 
 
 def wrap_local_sgd_optimizer(

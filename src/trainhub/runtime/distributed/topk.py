@@ -118,7 +118,10 @@ def topk_hook(state: TopKState, bucket: GradBucket) -> torch.futures.Future[torc
     numel = buffer.numel()
     k = num_selected(numel, state.current_density())
     if not state.compressing or 2 * k >= numel:
-        x = state.with_residual(bucket) if state.compressing else None
+        # with momentum correction the velocity travels from the first step on (the optimizer
+        # has no momentum of its own then)
+        with_velocity = state.compressing or state.momentum > 0.0
+        x = state.with_residual(bucket) if with_velocity else None
         if x is not None:
             state.keep_residual(bucket, torch.zeros_like(x))
         fut = allreduce_mean(state, bucket, x)
@@ -128,6 +131,7 @@ def topk_hook(state: TopKState, bucket: GradBucket) -> torch.futures.Future[torc
     indices, values = select_topk(x, k, state.generator(x.device))
     message = torch.cat([indices, values.view(torch.int32)])
     state.keep_residual(bucket, x.index_fill_(0, indices.long(), 0.0))
+    state.mask_velocity(bucket, indices.long())
     world_size = state.world_size
     gathered = message.new_empty(world_size * message.numel())
     state.meter.add_allgather(message.numel() * message.element_size(), world_size)

@@ -1,5 +1,6 @@
-"""Strategy ``ps``: parameter shards as Ray actors; workers push gradients and pull weights.
+"""Strategy ``ps``: parameter shards served by the trial's own ranks; workers push gradients
+and pull weights.
 
-See :mod:`.shard` for the consistency models (sync, async, stale-synchronous), :mod:`.client`
-for the worker side, :mod:`.actors` for the Ray plumbing.
+See :mod:`.shard` for the consistency models (sync, async, stale-synchronous) and optimizers,
+:mod:`.server` for how a rank serves its shards over TCP, :mod:`.client` for the worker side.
 """

@@ -1,10 +1,11 @@
 """One parameter-server shard: a slice of the flat parameters and the consistency rules.
 
-Pure asyncio and numpy (no Ray here; :mod:`.actors` runs this class as a Ray actor, whose
-asyncio event loop serves many workers' calls concurrently). Workers call :meth:`push_pull` once
-per step with their gradient for this slice; it applies the SGD update (momentum and weight
-decay as ``torch.optim.SGD``) under one of three consistency models and returns the weights the
-worker continues from:
+Pure asyncio and numpy (:mod:`.server` serves shards from an event loop of a rank's process,
+so many workers' calls run concurrently). Workers call :meth:`push_pull` once per step with
+their gradient for this slice; it applies the optimizer's update (``torch.optim.SGD`` with
+momentum, dampening, Nesterov and weight decay, or ``torch.optim.Adam``/``AdamW``, to the same
+arithmetic in float32) under one of three consistency models and returns the weights the worker
+continues from:
 
 - ``sync`` (bulk-synchronous): the shard waits for all ``num_workers`` gradients of step ``c``,
   applies their mean once, and answers everyone with the same new weights. Equal to SGD on the
@@ -31,13 +32,31 @@ import numpy as np
 CONSISTENCY_MODELS = ("sync", "async", "ssp")
 
 
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
 @dataclass(frozen=True)
 class Hyper:
-    """SGD hyperparameters sent with every push (the worker's lr schedule applies)."""
+    """The optimizer's hyperparameters, sent with every push (the worker's lr schedule applies).
+
+    ``kind`` is ``sgd`` (``momentum``, ``dampening``, ``nesterov``, ``weight_decay`` as
+    ``torch.optim.SGD``), ``adam`` (L2 ``weight_decay`` added to the gradient) or ``adamw``
+    (decoupled weight decay), both with ``betas`` and ``eps`` as in torch.
+    """
 
     lr: float
     momentum: float = 0.0
     weight_decay: float = 0.0
+    kind: str = "sgd"
+    dampening: float = 0.0
+    nesterov: bool = False
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if self.kind not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {self.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,9 @@ class ParameterShard:
             raise ValueError("num_workers must be >= 1 and staleness >= 0")
         self.weights = np.array(weights, dtype=np.float32, copy=True)
         self.momentum_buffer: np.ndarray | None = None
+        self.exp_avg: np.ndarray | None = None
+        self.exp_avg_sq: np.ndarray | None = None
+        self.adam_steps = 0
         self.num_workers = num_workers
         self.consistency = consistency
         self.staleness = staleness
@@ -87,17 +109,47 @@ class ParameterShard:
         return self._changed
 
     def _apply(self, grad: np.ndarray, hyper: Hyper) -> None:
-        """``torch.optim.SGD``: d = g + wd*w; buf = m*buf + d (buf = d at first); w -= lr*buf."""
-        d = grad + hyper.weight_decay * self.weights if hyper.weight_decay else grad
+        if hyper.kind == "sgd":
+            self._apply_sgd(grad, hyper)
+        else:
+            self._apply_adam(grad, hyper)
+        self.version += 1
+
+    def _apply_sgd(self, grad: np.ndarray, hyper: Hyper) -> None:
+        """``torch.optim.SGD``: d = g + wd*w; buf = m*buf + (1-damp)*d (buf = d at first);
+        d = d + m*buf with Nesterov, else buf; w -= lr*d."""
+        d = grad + np.float32(hyper.weight_decay) * self.weights if hyper.weight_decay else grad
         if hyper.momentum:
             if self.momentum_buffer is None:
                 self.momentum_buffer = np.array(d, dtype=np.float32, copy=True)
             else:
-                self.momentum_buffer *= hyper.momentum
-                self.momentum_buffer += d
-            d = self.momentum_buffer
+                self.momentum_buffer *= np.float32(hyper.momentum)
+                self.momentum_buffer += np.float32(1.0 - hyper.dampening) * d
+            if hyper.nesterov:
+                d = d + np.float32(hyper.momentum) * self.momentum_buffer
+            else:
+                d = self.momentum_buffer
         self.weights -= np.float32(hyper.lr) * d
-        self.version += 1
+
+    def _apply_adam(self, grad: np.ndarray, hyper: Hyper) -> None:
+        """``torch.optim.Adam`` (L2 decay into the gradient) or ``AdamW`` (decoupled decay)."""
+        if self.exp_avg is None or self.exp_avg_sq is None:
+            self.exp_avg = np.zeros_like(self.weights)
+            self.exp_avg_sq = np.zeros_like(self.weights)
+        if hyper.weight_decay and hyper.kind == "adamw":
+            self.weights *= np.float32(1.0 - hyper.lr * hyper.weight_decay)
+        elif hyper.weight_decay:
+            grad = grad + np.float32(hyper.weight_decay) * self.weights
+        self.adam_steps += 1
+        b1, b2 = hyper.beta1, hyper.beta2
+        self.exp_avg *= np.float32(b1)
+        self.exp_avg += np.float32(1.0 - b1) * grad
+        self.exp_avg_sq *= np.float32(b2)
+        self.exp_avg_sq += np.float32(1.0 - b2) * grad * grad
+        correction1 = 1.0 - b1**self.adam_steps
+        correction2 = 1.0 - b2**self.adam_steps
+        denom = np.sqrt(self.exp_avg_sq) / np.float32(np.sqrt(correction2)) + np.float32(hyper.eps)
+        self.weights -= np.float32(hyper.lr / correction1) * (self.exp_avg / denom)
 
     async def push_pull(
         self, worker: int, clock: int, grad: np.ndarray, hyper: Hyper, based_on: int
