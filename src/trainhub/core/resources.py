@@ -130,6 +130,14 @@ class Unfittable:
         return self.message
 
 
+def total_slots(nodes: Iterable[Node]) -> int:
+    """Slots of the alive nodes: their GPUs, or their whole CPUs on a CPU-only cluster (what
+    ``NodePool.total_slots`` counts, from plain nodes)."""
+    alive = [n for n in nodes if n.alive]
+    gpus = sum(n.total_gpus for n in alive)
+    return gpus if gpus else sum(int(n.total_cpus) for n in alive)
+
+
 def largest_node_capacity(nodes: Iterable[Node]) -> NodeCapacity | None:
     """The largest alive node (most GPUs, then CPUs, then memory); None without one."""
     alive = [n for n in nodes if n.alive]
