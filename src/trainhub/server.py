@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainhub.core.scheduling import BasePolicy
-from trainhub.core.scheduling.factory import create_policy
+from trainhub.core.scheduling.factory import DEFAULT_POLICY, create_policy
 from trainhub.core.scheduling.fair_config import FairShareConfig
 from trainhub.service.admin import AdminService, IssuedToken
 from trainhub.service.clock import system_clock
@@ -25,6 +25,8 @@ from trainhub.service.search import SearchService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
+
+_FAIR_DEFAULTS = FairShareConfig()
 
 log = logging.getLogger("trainhub.server")
 
@@ -43,11 +45,12 @@ class Settings:
     port: int = 8080
     advertise_url: str | None = None  # the URL trials use to reach this server
     tick_interval_s: float = 1.0
-    policy: str = "fair"
+    policy: str = DEFAULT_POLICY
     # fair share: decayed-usage half-life, and how long a trial runs before it may be preempted
-    usage_half_life_s: float = 24 * 3600.0
-    min_run_time_s: float = 600.0
-    preemption_cooldown_s: float = 1800.0
+    # (defaults: FairShareConfig's, the one place for them)
+    usage_half_life_s: float = _FAIR_DEFAULTS.half_life_s
+    min_run_time_s: float = _FAIR_DEFAULTS.min_run_time_s
+    preemption_cooldown_s: float = _FAIR_DEFAULTS.preemption_cooldown_s
     ray_num_cpus: int | None = None
     ray_num_gpus: int | None = None
     sandbox: str = "auto"  # auto | bwrap | none: how rank processes are isolated (sandbox.py)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
+from trainhub.core import fairshare
 from trainhub.core.errors import (
     Conflict,
     FieldError,
@@ -25,6 +26,7 @@ from trainhub.core.resources import (
     ResourceRequest,
     can_ever_fit,
     largest_node_capacity,
+    total_slots,
 )
 from trainhub.core.searcher_spec import SearcherSpec
 from trainhub.core.spec import (
@@ -328,6 +330,17 @@ class ExperimentService:
             visible,
             key=lambda t: (t.queue_position is None, t.queue_position or 0, t.submitted_at, t.id),
         )
+
+    def guarantee_note(self, principal: Principal) -> str | None:
+        """What the queue says when tenant guarantees add up to more than the cluster (the
+        fair policy scales them down), else None; None too while the cluster cannot be asked."""
+        require_user(principal)
+        nodes = self._nodes()
+        if not nodes:
+            return None
+        with self.uow() as repo:
+            guarantees = {t.name: t.guaranteed_slots for t in repo.list_tenants()}
+        return fairshare.guarantee_note(guarantees, total_slots(nodes))
 
     def spec_of(self, experiment: Experiment) -> ExperimentSpec:
         return ExperimentSpec.model_validate(experiment.spec)
