@@ -13,19 +13,21 @@ from trainhub.runtime.distributed.timing import StepTimer
 
 
 def test_phases_and_sync_add_up() -> None:
+    # sleeps long enough that a loaded machine's scheduling delays (a few ms) stay small
+    # against them
     meter = CommMeter()
     timer = StepTimer(meter=meter, report_every_steps=2)
     for _ in range(2):
         for _ in timer.iter_data([1]):
             with timer.phase("forward"):
-                time.sleep(0.01)
+                time.sleep(0.04)
             with timer.phase("backward"):
-                time.sleep(0.01)
+                time.sleep(0.04)
                 meter.mark_gradients_ready()  # the last bucket's hook ran...
                 meter.add_allreduce(1000, 2)
-                time.sleep(0.02)  # ...and backward waits for the collective
+                time.sleep(0.08)  # ...and backward waits for the collective
             with timer.phase("optimizer"), meter.sync():  # e.g. model averaging
-                time.sleep(0.01)
+                time.sleep(0.04)
             timer.end_step(num_samples=8)
     assert timer.should_report()
     summary = timer.summary()
