@@ -14,15 +14,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainhub.core.scheduling import BasePolicy
-from trainhub.core.scheduling.factory import create_policy
+from trainhub.core.scheduling.factory import DEFAULT_POLICY, create_policy
 from trainhub.core.scheduling.fair_config import FairShareConfig
 from trainhub.service.admin import AdminService, IssuedToken
 from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
 from trainhub.service.control_loop import ControlLoop, LoopConfig
 from trainhub.service.experiments import ExperimentService
+from trainhub.service.search import SearchService
+from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
+
+_FAIR_DEFAULTS = FairShareConfig()
 
 log = logging.getLogger("trainhub.server")
 
@@ -41,11 +45,12 @@ class Settings:
     port: int = 8080
     advertise_url: str | None = None  # the URL trials use to reach this server
     tick_interval_s: float = 1.0
-    policy: str = "fair"
+    policy: str = DEFAULT_POLICY
     # fair share: decayed-usage half-life, and how long a trial runs before it may be preempted
-    usage_half_life_s: float = 24 * 3600.0
-    min_run_time_s: float = 600.0
-    preemption_cooldown_s: float = 1800.0
+    # (defaults: FairShareConfig's, the one place for them)
+    usage_half_life_s: float = _FAIR_DEFAULTS.half_life_s
+    min_run_time_s: float = _FAIR_DEFAULTS.min_run_time_s
+    preemption_cooldown_s: float = _FAIR_DEFAULTS.preemption_cooldown_s
     ray_num_cpus: int | None = None
     ray_num_gpus: int | None = None
     sandbox: str = "auto"  # auto | bwrap | none: how rank processes are isolated (sandbox.py)
@@ -140,6 +145,8 @@ def make_private(settings: Settings) -> None:
 
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+    from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
+    from trainhub.adapters.optuna_search import OptunaSearch
     from trainhub.adapters.ray_executor import RayExecutor, ensure_local_ray
     from trainhub.adapters.sandbox import resolve_mode
     from trainhub.adapters.storage import LocalArtifactStore
@@ -171,21 +178,26 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     )
     clock = system_clock
     config = LoopConfig(settings.api_url, usage_half_life_s=settings.usage_half_life_s)
-    loop = ControlLoop(uow, executor, store, make_policy(settings), config, clock)
+    search_uow = SqlSearchUnitOfWork(engine)
+    backend = OptunaSearch.for_database(settings.database_url)
+    search = SearchService(search_uow, backend, store, clock)
+    loop = ControlLoop(uow, executor, store, make_policy(settings), config, clock, hooks=search)
     loop_thread = LoopThread(loop, settings.tick_interval_s)
     admin = AdminService(uow, clock)
+    experiments = ExperimentService(
+        uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
+    )
     services = Services(
         uow=uow,
         clock=clock,
-        experiments=ExperimentService(
-            uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
-        ),
+        experiments=experiments,
         tracking=TrackingService(uow, store, clock),
         admin=admin,
         usage=UsageService(uow, clock),
         cluster_nodes=executor.cluster_nodes,
         sandbox=sandbox.value,
         warnings=tuple(warnings),
+        steering=SteeringService(search_uow, experiments, store, backend, clock),
     )
     bootstrap = admin.bootstrap()
     return ControlPlane(

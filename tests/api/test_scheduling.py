@@ -6,6 +6,7 @@ import pytest
 
 from tests.api.test_auth import submit
 from tests.fixtures.api import Api
+from trainhub.core.resources import Node
 from trainhub.core.states import TrialState
 from trainhub.service.records import AttemptUpdate, TrialUpdate
 from trainhub.service.trial_writes import write_trial
@@ -104,3 +105,24 @@ def test_usage_counts_slot_hours_of_attempts(api: Api) -> None:
         ).json()["data"]
         == []
     )
+
+
+def test_queue_says_when_guarantees_exceed_the_cluster(api: Api) -> None:
+    alice = api.user("alice", "vision")
+    api.user("bob", "speech")
+    h = api.headers()
+    # no cluster to ask: no note
+    assert api.client.get("/api/v1/queue", headers=api.headers(alice)).json()["note"] is None
+    api.services.experiments.cluster_nodes = lambda: [
+        Node("node-a", total_gpus=0, total_cpus=8.0, free_gpus=0, free_cpus=8.0),
+        Node("node-b", total_gpus=0, total_cpus=4.0, free_gpus=0, free_cpus=4.0),
+    ]
+    assert api.client.get("/api/v1/queue", headers=api.headers(alice)).json()["note"] is None
+    for tenant in ("vision", "speech"):  # 16 slots guaranteed on a cluster of 12 CPUs
+        r = api.client.patch(f"/api/v1/tenants/{tenant}", json={"guaranteed_slots": 8}, headers=h)
+        assert r.status_code == 200
+    note = api.client.get("/api/v1/queue", headers=api.headers(alice)).json()["note"]
+    assert note is not None
+    assert "add up to 16" in note
+    assert "cluster's 12" in note
+    assert "scaled down by 0.75" in note

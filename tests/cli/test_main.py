@@ -99,10 +99,29 @@ def test_server_reports_a_database_it_cannot_open(
 
 
 def test_server_help_names_the_default_policy_of_the_code() -> None:
-    from trainhub.cli.main import DEFAULT_POLICY as CLI_DEFAULT
-    from trainhub.core.scheduling.factory import DEFAULT_POLICY
+    from trainhub.cli.main import Policy
+    from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES
     from trainhub.server import Settings
 
-    assert CLI_DEFAULT == DEFAULT_POLICY == Settings().policy
-    result = CliRunner().invoke(app, ["server", "--help"], env={"COLUMNS": "200"})
-    assert f"default: {DEFAULT_POLICY}." in " ".join(result.output.split())
+    assert DEFAULT_POLICY == Settings().policy == "fair"
+    assert tuple(p.value for p in Policy) == POLICY_NAMES
+    result = CliRunner().invoke(app, ["server", "--help"], env={"COLUMNS": "400"})
+    text = " ".join(result.output.split())
+    assert "default: fair." in text
+    for name in POLICY_NAMES:
+        assert f"{name}:" in text
+
+
+def test_server_defaults_come_from_the_fair_share_config() -> None:
+    from trainhub.core.scheduling.fair_config import FairShareConfig
+    from trainhub.server import Settings, make_policy
+
+    config, settings = FairShareConfig(), Settings()
+    assert settings.min_run_time_s == config.min_run_time_s
+    assert settings.preemption_cooldown_s == config.preemption_cooldown_s
+    assert settings.usage_half_life_s == config.half_life_s
+    assert make_policy(settings).config == config  # type: ignore[attr-defined]
+    result = CliRunner().invoke(app, ["server", "--help"], env={"COLUMNS": "400"})
+    text = " ".join(result.output.split())
+    assert f"preempted (fair share); default: {config.min_run_time_s:g}." in text
+    assert f"(fair share); default: {config.preemption_cooldown_s:g}." in text

@@ -15,6 +15,7 @@ from tests.cli.conftest import Cli, LiveServer
 from tests.cli.helpers import report, submit
 from tests.fixtures.api import make_context
 from trainhub.cli.main import app
+from trainhub.core.resources import Node
 from trainhub.core.states import TrialState
 from trainhub.service.records import AttemptUpdate, TrialUpdate
 from trainhub.service.trial_writes import write_trial
@@ -199,3 +200,21 @@ def test_server_maps_scheduling_options_onto_settings(
     refused = CliRunner().invoke(app, ["server", "--policy", "random"])
     assert refused.exit_code == 2
     assert not seen[1:]
+
+
+def test_queue_says_when_guarantees_exceed_the_cluster(cli: Cli, live: LiveServer) -> None:
+    # the live server's cluster: one node of 4 GPUs; the default tenant is guaranteed 6
+    live.api.services.experiments.cluster_nodes = lambda: [
+        Node("node-a", total_gpus=4, total_cpus=8.0, free_gpus=4, free_cpus=8.0)
+    ]
+    assert "note:" not in cli("queue").stdout
+    r = live.api.client.patch(
+        "/api/v1/tenants/default", json={"guaranteed_slots": 6}, headers=live.api.headers()
+    )
+    assert r.status_code == 200
+    result = cli("queue")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "note: tenant guarantees add up to 6 GPUs, more than the cluster's 4" in text
+    assert "scaled down by 0.67" in text
+    assert "the queue is empty" in text

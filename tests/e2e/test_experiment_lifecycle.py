@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.fixtures.control_plane import REPO, ControlPlaneProcess, rank_pids
+from tests.fixtures.control_plane import REPO, ControlPlaneProcess, pack_dir, rank_pids
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray, pytest.mark.slow]
 
@@ -146,19 +146,23 @@ def test_cancel_ends_the_process_tree(control_plane: ControlPlaneProcess) -> Non
 def test_a_trial_that_can_never_fit_says_why(
     control_plane: ControlPlaneProcess, tmp_path: Path
 ) -> None:
+    """Refused at submit against the Ray cluster's real nodes, naming the field and the
+    largest node (issue 14): it would otherwise wait forever."""
     (tmp_path / "train.py").write_text("print('never runs')\n")
     spec = (
         "name: too-big\nentrypoint: python train.py\nresources: {workers: 2, gpus_per_worker: 4}\n"
     )
-    experiment = control_plane.submit(spec, tmp_path)
-    trial_id = experiment["trials"][0]["id"]
-    trial = control_plane.wait_for(
-        trial_id,
-        lambda t: (t["pending_reason"] or "").startswith("can never run"),
-        timeout_s=30,
-        what="pending with a reason",
+    r = control_plane.request(
+        "POST",
+        "/experiments",
+        data={"spec": spec},
+        files={"context": ("context.tar.gz", pack_dir(tmp_path), "application/gzip")},
     )
-    assert "GPU" in trial["pending_reason"]
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["errors"]
+    assert error["path"] == "resources.gpus_per_worker"
+    assert "the largest node has" in error["message"]
+    assert control_plane.request("GET", "/experiments").json()["count"] == 0
 
 
 def test_a_spec_line_selects_the_communication_strategy(

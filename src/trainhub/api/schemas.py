@@ -435,6 +435,8 @@ class TrialUpdate(_In):
 class QueuePublic(BaseModel):
     data: list[TrialPublic]
     count: int
+    # set when tenant guarantees add up to more than the cluster and are scaled down
+    note: str | None = None
 
 
 class UsageRowPublic(BaseModel):

@@ -16,19 +16,14 @@ from typing import Annotated
 
 import typer
 
-from trainhub.cli import admin, auth, experiments, scheduling
+from trainhub.cli import admin, auth, experiments, scheduling, search
+from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
+from trainhub.core.scheduling.fair_config import FairShareConfig
 
-
-class Policy(StrEnum):
-    FAIR = "fair"
-    FIFO = "fifo"
-    SJF = "sjf"
-    LAS = "las"
-
-
-# trainhub.core.scheduling.factory.DEFAULT_POLICY (not imported: the CLI starts fast; a test
-# keeps the two equal)
-DEFAULT_POLICY = "fair"
+# the choices, help and defaults come from the one registry and the one config (pure core:
+# no heavy module is imported with them)
+Policy = StrEnum("Policy", {name.upper(): name for name in POLICY_NAMES})  # type: ignore[misc]
+_FAIR_DEFAULTS = FairShareConfig()
 
 
 class Sandbox(StrEnum):
@@ -52,6 +47,13 @@ app.command(rich_help_panel="Experiments")(experiments.show)
 app.command(rich_help_panel="Experiments")(experiments.logs)
 app.command(rich_help_panel="Experiments")(experiments.metrics)
 app.command(rich_help_panel="Experiments")(experiments.cancel)
+app.command(rich_help_panel="Search and steering")(search.trials)
+app.command(rich_help_panel="Search and steering")(search.pause)
+app.command(rich_help_panel="Search and steering")(search.resume)
+app.command(rich_help_panel="Search and steering")(search.kill)
+app.command(rich_help_panel="Search and steering")(search.clone)
+app.command(rich_help_panel="Search and steering")(search.limits)
+app.add_typer(search.template_app, name="template", rich_help_panel="Search and steering")
 app.command(rich_help_panel="Scheduling")(scheduling.queue)
 app.command(rich_help_panel="Scheduling")(scheduling.priority)
 app.command(rich_help_panel="Scheduling")(scheduling.usage)
@@ -123,8 +125,7 @@ def server(
         typer.Option(
             envvar="TRAINHUB_POLICY",
             case_sensitive=False,
-            help="Scheduling policy: fair share with guarantees and preemption, first in first "
-            f"out, shortest job first, or least attained service; default: {DEFAULT_POLICY}.",
+            help=policy_help(DEFAULT_POLICY),
         ),
     ] = None,
     min_run_time_s: Annotated[
@@ -132,7 +133,8 @@ def server(
         typer.Option(
             envvar="TRAINHUB_MIN_RUN_TIME_S",
             min=0.0,
-            help="Seconds a trial runs before it may be preempted (fair share); default: 600.",
+            help="Seconds a trial runs before it may be preempted (fair share); default: "
+            f"{_FAIR_DEFAULTS.min_run_time_s:g}.",
         ),
     ] = None,
     preemption_cooldown_s: Annotated[
@@ -141,7 +143,8 @@ def server(
             envvar="TRAINHUB_PREEMPTION_COOLDOWN_S",
             min=0.0,
             help="Seconds a trial that was preempted before is protected after each restart, "
-            "on top of the minimum run time (fair share); default: 1800.",
+            "on top of the minimum run time (fair share); default: "
+            f"{_FAIR_DEFAULTS.preemption_cooldown_s:g}.",
         ),
     ] = None,
     usage_half_life_s: Annotated[
@@ -149,7 +152,8 @@ def server(
         typer.Option(
             envvar="TRAINHUB_USAGE_HALF_LIFE_S",
             min=0.001,
-            help="Half-life of the past usage fair share orders tenants by; default: 86400.",
+            help="Half-life of the past usage fair share orders tenants by; default: "
+            f"{_FAIR_DEFAULTS.half_life_s:g}.",
         ),
     ] = None,
     sandbox: Annotated[

@@ -28,17 +28,21 @@ def queue() -> None:
     """List the queued trials in the order the scheduler would start them.
 
     Each shows its position, experiment, tenant, owner, priority, how long it has waited since
-    it was submitted, and why it is not running yet.
+    it was submitted, and why it is not running yet. When tenant guarantees add up to more
+    than the cluster, a note says they are scaled down.
     """
     from trainhub.cli.render import queue_table
 
     with connect() as client:
-        trials = client.queue()["data"]
+        page = client.queue()
+        trials = page["data"]
         experiments: dict[int, JSON] = {}
         if trials:
             # queued trials belong to active experiments: one request names them all
-            page = client.list_experiments("ACTIVE", limit=1000)
-            experiments = {e["id"]: e for e in page["data"]}
+            active = client.list_experiments("ACTIVE", limit=1000)
+            experiments = {e["id"]: e for e in active["data"]}
+    if page.get("note"):
+        out.print(f"note: {escape(page['note'])}")
     if not trials:
         out.print("the queue is empty")
         return

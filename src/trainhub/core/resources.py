@@ -32,7 +32,9 @@ class Node:
 
     def fits(self, request: ResourceRequest, free: bool = True) -> int:
         """How many ranks of ``request`` this node can hold (free or total capacity)."""
-        if not self.alive or not request.labels_match(self.labels, self.gpu_model):
+        if not self.alive or (
+            request.node_labels and not request.labels_match(self.labels, self.gpu_model)
+        ):
             return 0
         gpus = self.free_gpus if free else self.total_gpus
         cpus = self.free_cpus if free else self.total_cpus
@@ -126,6 +128,14 @@ class Unfittable:
 
     def __str__(self) -> str:
         return self.message
+
+
+def total_slots(nodes: Iterable[Node]) -> int:
+    """Slots of the alive nodes: their GPUs, or their whole CPUs on a CPU-only cluster (what
+    ``NodePool.total_slots`` counts, from plain nodes)."""
+    alive = [n for n in nodes if n.alive]
+    gpus = sum(n.total_gpus for n in alive)
+    return gpus if gpus else sum(int(n.total_cpus) for n in alive)
 
 
 def largest_node_capacity(nodes: Iterable[Node]) -> NodeCapacity | None:

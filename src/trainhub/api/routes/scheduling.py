@@ -26,9 +26,11 @@ _MAX_TIME = 1e11  # unix seconds, year 5138
 
 @router.get("/queue", response_model=QueuePublic, responses=errors())
 def get_queue(services: ServicesDep, principal: CurrentPrincipal) -> QueuePublic:
-    """Queued trials in scheduling order, each with its position and pending reason."""
+    """Queued trials in scheduling order, each with its position and pending reason; ``note``
+    says when tenant guarantees exceed the cluster and are scaled down."""
     trials = services.experiments.queue(principal)
-    return QueuePublic(data=[TrialPublic.of(t) for t in trials], count=len(trials))
+    note = services.experiments.guarantee_note(principal)
+    return QueuePublic(data=[TrialPublic.of(t) for t in trials], count=len(trials), note=note)
 
 
 @router.patch("/trials/{trial_id}", response_model=TrialPublic, responses=errors(404, 409, 411))

@@ -120,9 +120,10 @@ class NodePool:
 
     def room(self, node_id: str, request: ResourceRequest) -> int:
         """How many ranks of ``request`` the node can take now."""
-        node = self.nodes[node_id]
-        if not request.labels_match(node.labels, node.gpu_model):
-            return 0
+        if request.node_labels:
+            node = self.nodes[node_id]
+            if not request.labels_match(node.labels, node.gpu_model):
+                return 0
         g = request.gpus_per_worker
         by_gpu = self.usable(node_id) // g if g else 10**9
         c = request.cpus_per_worker
