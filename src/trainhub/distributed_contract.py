@@ -152,9 +152,10 @@ class TopKSpec(_Section):
         Field(
             description="Compress each rank's momentum velocity instead of its gradient; the "
             "SGD optimizer given to prepare_optimizer keeps its momentum value but applies none "
-            "itself (Deep Gradient Compression's momentum correction)."
+            "itself (Deep Gradient Compression's momentum correction). Off by default: it cost "
+            "accuracy in docs/distributed.md's measurements."
         ),
-    ] = True
+    ] = False
 
 
 class LocalSGDSpec(_Section):

@@ -98,7 +98,7 @@ def _momentum_corrected_vs_sgd(rank: int, world: int, strategy: str) -> dict[str
 
     sections = {
         # dense throughout (start_step beyond the run): only the momentum moved into the hook
-        "topk": {"strategy": "topk", "topk": {"start_step": 100}},
+        "topk": {"strategy": "topk", "topk": {"start_step": 100, "momentum_correction": True}},
         "onebit": {"strategy": "onebit", "onebit": {"start_step": 100}},
         "allreduce": {"strategy": "allreduce"},
     }
