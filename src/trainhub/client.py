@@ -478,6 +478,84 @@ class TrainhubClient:
                 raise TimeoutError(f"trial {trial_id} is still {trial['state']}")
         raise AssertionError("watch_trial ends with a terminal trial")
 
+    # -- searches and steering --
+
+    def search_progress(self, experiment_id: int) -> JSON:
+        """A search's progress: ``{"search_state", "counts", "best", "data": [trial results,
+        best first, each with "id", "state", "hparams", "metric", "epochs", "stop_detail"]}``."""
+        result: JSON = self._json("GET", f"/experiments/{experiment_id}/search")
+        return result
+
+    def set_search_limits(
+        self,
+        experiment_id: int,
+        max_trials: int | None = None,
+        max_concurrent_trials: int | None = None,
+    ) -> JSON:
+        """Raise or lower a running search's limits; returns its progress."""
+        body = {"max_trials": max_trials, "max_concurrent_trials": max_concurrent_trials}
+        result: JSON = self._json("PATCH", f"/experiments/{experiment_id}/search", json=body)
+        return result
+
+    def importance(self, experiment_id: int) -> dict[str, float]:
+        """Optuna's hyperparameter importance of a search (empty with < 2 completed trials)."""
+        result: dict[str, float] = self._json("GET", f"/experiments/{experiment_id}/importance")[
+            "importance"
+        ]
+        return result
+
+    def steer(self, kind: str, object_id: int, action: str) -> JSON:
+        """``pause``, ``resume`` or ``kill`` an ``experiment`` or a ``trial``."""
+        result: JSON = self._json("POST", f"/{kind}s/{object_id}/{action}")
+        return result
+
+    def clone_experiment(
+        self, experiment_id: int, changes: dict[str, Any], from_checkpoint_trial: int | None
+    ) -> JSON:
+        """Submit a copy with changes (``{"lr": 0.01, "searcher.max_trials": 64}``)."""
+        body = {"set": changes, "from_checkpoint_trial": from_checkpoint_trial}
+        result: JSON = self._json("POST", f"/experiments/{experiment_id}/clone", json=body)
+        return result
+
+    def clone_trial(self, trial_id: int, changes: dict[str, Any], from_checkpoint: bool) -> JSON:
+        """A single-trial experiment with this trial's hyperparameters, changed as asked."""
+        body = {"set": changes, "from_checkpoint": from_checkpoint}
+        result: JSON = self._json("POST", f"/trials/{trial_id}/clone", json=body)
+        return result
+
+    def list_templates(self) -> list[JSON]:
+        """Templates of the caller's tenants: ``[{"tenant", "name", "spec_yaml", ...}]``."""
+        result: list[JSON] = self._json("GET", "/templates")["data"]
+        return result
+
+    def save_template(
+        self,
+        name: str,
+        spec: str | None = None,
+        context: bytes | None = None,
+        tenant: str | None = None,
+        experiment_id: int | None = None,
+    ) -> JSON:
+        """Save a spec (with its code) or an experiment as the tenant's template ``name``."""
+        if experiment_id is not None:
+            body = {"name": name}
+            result: JSON = self._json("POST", f"/experiments/{experiment_id}/template", json=body)
+            return result
+        data = {"name": name, "spec": spec or ""}
+        if tenant:
+            data["tenant"] = tenant
+        files = {"context": ("context.tar.gz", context, "application/gzip")} if context else None
+        result = self._json("POST", "/templates", data=data, files=files)
+        return result
+
+    def submit_template(
+        self, name: str, changes: dict[str, Any], tenant: str | None = None
+    ) -> JSON:
+        """Submit a template with changes; returns the experiment."""
+        body = {"set": changes, "tenant": tenant}
+        result: JSON = self._json("POST", f"/templates/{name}/submit", json=body)
+        return result
+
     # -- the queue, priorities, usage --
 
     def queue(self) -> JSON:

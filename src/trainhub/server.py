@@ -21,6 +21,8 @@ from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
 from trainhub.service.control_loop import ControlLoop, LoopConfig
 from trainhub.service.experiments import ExperimentService
+from trainhub.service.search import SearchService
+from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
 
@@ -143,6 +145,8 @@ def make_private(settings: Settings) -> None:
 
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+    from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
+    from trainhub.adapters.optuna_search import OptunaSearch
     from trainhub.adapters.ray_executor import RayExecutor, ensure_local_ray
     from trainhub.adapters.sandbox import resolve_mode
     from trainhub.adapters.storage import LocalArtifactStore
@@ -174,21 +178,26 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     )
     clock = system_clock
     config = LoopConfig(settings.api_url, usage_half_life_s=settings.usage_half_life_s)
-    loop = ControlLoop(uow, executor, store, make_policy(settings), config, clock)
+    search_uow = SqlSearchUnitOfWork(engine)
+    backend = OptunaSearch.for_database(settings.database_url)
+    search = SearchService(search_uow, backend, store, clock)
+    loop = ControlLoop(uow, executor, store, make_policy(settings), config, clock, hooks=search)
     loop_thread = LoopThread(loop, settings.tick_interval_s)
     admin = AdminService(uow, clock)
+    experiments = ExperimentService(
+        uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
+    )
     services = Services(
         uow=uow,
         clock=clock,
-        experiments=ExperimentService(
-            uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
-        ),
+        experiments=experiments,
         tracking=TrackingService(uow, store, clock),
         admin=admin,
         usage=UsageService(uow, clock),
         cluster_nodes=executor.cluster_nodes,
         sandbox=sandbox.value,
         warnings=tuple(warnings),
+        steering=SteeringService(search_uow, experiments, store, backend, clock),
     )
     bootstrap = admin.bootstrap()
     return ControlPlane(

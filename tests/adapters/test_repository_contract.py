@@ -181,3 +181,20 @@ def test_scheduler_facts(uow: SqlUnitOfWork) -> None:
             ("alice", "p", 300.0),
         ]
         assert len(repo.finished_runs(limit=1)) == 1
+
+
+def test_batch_reads_and_writes_of_the_control_loop(uow: SqlUnitOfWork) -> None:
+    experiment_id, trial_id = seed(uow)
+    with uow() as repo:
+        assert repo.experiment_specs([experiment_id, 10_000]) == {experiment_id: {"a": 1}}
+        repo.update_trials([(trial_id, TrialUpdate(pending_reason="r", queue_position=3))])
+        with pytest.raises(ValueError, match="no state"):
+            repo.update_trials([(trial_id, TrialUpdate(state=TrialState.SCHEDULED))])
+    with uow() as repo:
+        trial = repo.get_trial(trial_id)
+        assert trial is not None
+        assert (trial.pending_reason, trial.queue_position, trial.state) == (
+            "r",
+            3,
+            TrialState.QUEUED,
+        )

@@ -74,10 +74,14 @@ def test_not_a_mapping() -> None:
         parse_spec("- a\n- b\n")
 
 
-def test_search_spaces_are_not_constants_yet() -> None:
+def test_a_distribution_needs_a_search_searcher() -> None:
     with pytest.raises(InvalidSpec) as info:
-        parse_spec("name: x\nentrypoint: python t.py\nhyperparameters: {lr: {type: log}}\n")
-    assert paths(info.value) == ["hyperparameters"]
+        parse_spec(
+            "name: x\nentrypoint: python t.py\n"
+            "hyperparameters: {lr: {type: float, low: 0.001, high: 0.1}}\n"
+        )
+    assert paths(info.value) == ["hyperparameters.lr"]
+    assert "single" in info.value.errors[0].message
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from fastapi import APIRouter, FastAPI
 import trainhub
 from trainhub.api.errors import install_error_handlers
 from trainhub.api.guard import FailedAuthLimiter, RequestGuard
-from trainhub.api.routes import admin, experiments, scheduling, trials
+from trainhub.api.routes import admin, experiments, scheduling, search, trials
 from trainhub.core import limits
 from trainhub.service.container import Services
 
@@ -22,7 +22,7 @@ def body_limit(services: Services, method: str, path: str) -> int | None:
     """The most bytes a request body of this route may declare (None: the route checks)."""
     if method == "POST" and _CHECKPOINT_UPLOAD.match(path):
         return None  # bounded by the tenant's storage quotas, before the body is read
-    if method == "POST" and path.rstrip("/") == "/api/v1/experiments":
+    if method == "POST" and path.rstrip("/") in ("/api/v1/experiments", "/api/v1/templates"):
         return services.experiments.max_context_bytes + limits.MAX_SPEC_BYTES + _FORM_OVERHEAD_BYTES
     if method == "POST" and path.endswith("/metrics"):
         return limits.MAX_METRICS_BODY_BYTES
@@ -49,6 +49,7 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api.include_router(trials.router)
     api.include_router(admin.router)
     api.include_router(scheduling.router)
+    api.include_router(search.router)
     app.include_router(api)
     app.add_middleware(
         RequestGuard,

@@ -223,6 +223,19 @@ def show(
                 )
             raise typer.Exit(_follow(client, trial_ids[0]))
         out.print(experiment_view(experiment))
+        searcher = (experiment.get("spec") or {}).get("searcher") or {}
+        if (
+            searcher.get("sampler")
+            or searcher.get("pruner")
+            or searcher.get("name")
+            not in (
+                None,
+                "single",
+            )
+        ):
+            from trainhub.cli.search import progress_line
+
+            out.print(progress_line(client.search_progress(id_)))  # done/running/pruned, best
         if len(trial_ids) == 1:
             out.print()
             out.print(trial_view(client.get_trial(trial_ids[0])))

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from trainhub.cli import admin, auth, experiments, scheduling
+from trainhub.cli import admin, auth, experiments, scheduling, search
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 from trainhub.core.scheduling.fair_config import FairShareConfig
 
@@ -47,6 +47,13 @@ app.command(rich_help_panel="Experiments")(experiments.show)
 app.command(rich_help_panel="Experiments")(experiments.logs)
 app.command(rich_help_panel="Experiments")(experiments.metrics)
 app.command(rich_help_panel="Experiments")(experiments.cancel)
+app.command(rich_help_panel="Search and steering")(search.trials)
+app.command(rich_help_panel="Search and steering")(search.pause)
+app.command(rich_help_panel="Search and steering")(search.resume)
+app.command(rich_help_panel="Search and steering")(search.kill)
+app.command(rich_help_panel="Search and steering")(search.clone)
+app.command(rich_help_panel="Search and steering")(search.limits)
+app.add_typer(search.template_app, name="template", rich_help_panel="Search and steering")
 app.command(rich_help_panel="Scheduling")(scheduling.queue)
 app.command(rich_help_panel="Scheduling")(scheduling.priority)
 app.command(rich_help_panel="Scheduling")(scheduling.usage)

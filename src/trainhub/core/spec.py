@@ -10,13 +10,15 @@ from __future__ import annotations
 import re
 import shlex
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trainhub.core import limits
 from trainhub.core.distributed_spec import DistributedSpec
 from trainhub.core.errors import FieldError, InvalidSpec
+from trainhub.core.search_space import SearchSpace, parse_space
+from trainhub.core.searcher_spec import SearcherSpec, searcher_errors
 from trainhub.core.spec_errors import field_errors_from_pydantic
 from trainhub.core.spec_yaml import load_yaml
 
@@ -81,18 +83,6 @@ class Resources(_Strict):
         max_length=limits.MAX_NODE_LABELS,
         description="Only nodes with these labels qualify, e.g. {gpu_model: A100}.",
     )
-
-
-class SearcherSpec(_Strict):
-    """How trials are chosen. ``single`` runs one trial with the constant hyperparameters."""
-
-    name: Literal["single"] = "single"
-    metric: str | None = Field(
-        None,
-        pattern=limits.METRIC_NAME_PATTERN,
-        description="Metric that ranks checkpoints and trials, e.g. val_accuracy.",
-    )
-    mode: Literal["max", "min"] = "max"
 
 
 class CheckpointPolicy(_Strict):
@@ -162,7 +152,8 @@ class ExperimentSpec(_Strict):
     hyperparameters: dict[str, Any] = Field(
         default_factory=dict,
         max_length=limits.MAX_HYPERPARAMETERS,
-        description="Constants handed to the script (ctx.hparams).",
+        description="Handed to the script as ctx.hparams: constants, or distributions a searcher "
+        "picks from (docs/search.md).",
     )
     searcher: SearcherSpec = Field(default_factory=SearcherSpec)
     checkpoints: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
@@ -187,18 +178,9 @@ class ExperimentSpec(_Strict):
             raise ValueError("is empty")
         return value
 
-    @field_validator("hyperparameters")
-    @classmethod
-    def _constants_only(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key, item in value.items():
-            if not key.isidentifier():
-                raise ValueError(f"name {key!r} must be a Python identifier")
-            if isinstance(item, dict):
-                raise ValueError(
-                    f"{key!r} is a mapping; only constant values (numbers, strings, booleans, "
-                    "lists) are supported by the 'single' searcher"
-                )
-        return value
+    @property
+    def search_space(self) -> SearchSpace:
+        return parse_space(self.hyperparameters)
 
     @property
     def entrypoint_argv(self) -> list[str]:
@@ -280,6 +262,10 @@ def validate_spec(data: Any) -> ExperimentSpec:
     if plain:
         raise InvalidSpec(plain)
     try:
-        return ExperimentSpec.model_validate(data)
+        spec = ExperimentSpec.model_validate(data)
     except ValidationError as exc:
         raise InvalidSpec(field_errors_from_pydantic(exc, ExperimentSpec)) from None
+    errors = searcher_errors(spec.searcher, spec.search_space)  # raises on a bad space
+    if errors:
+        raise InvalidSpec(errors)
+    return spec

@@ -48,7 +48,10 @@ LEGAL_TRANSITIONS: dict[TrialState, frozenset[TrialState]] = {
     _T.RUNNING: frozenset(
         {_T.COMPLETED, _T.FAILED, _T.CANCELED, _T.PRUNED, _T.PREEMPTING, _T.QUEUED}
     ),
-    _T.PREEMPTING: frozenset({_T.QUEUED, _T.PAUSED, _T.COMPLETED, _T.FAILED, _T.CANCELED}),
+    # PRUNED: the searcher stopped it while the scheduler was preempting it
+    _T.PREEMPTING: frozenset(
+        {_T.QUEUED, _T.PAUSED, _T.COMPLETED, _T.FAILED, _T.CANCELED, _T.PRUNED}
+    ),
     _T.PAUSED: frozenset({_T.QUEUED, _T.CANCELED}),
     _T.COMPLETED: frozenset(),
     _T.FAILED: frozenset(),

@@ -11,6 +11,7 @@ from trainhub.service.clock import Clock
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.ports import Principal
 from trainhub.service.repository import UnitOfWork
+from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
 
@@ -26,6 +27,7 @@ class Services:
     cluster_nodes: Callable[[], list[Node]]
     sandbox: str = "none"  # how rank processes are isolated: bwrap | none
     warnings: tuple[str, ...] = ()  # what an admin must know about this deployment
+    steering: SteeringService | None = None  # searches, pause/resume, clone (api/routes/search)
 
     def authenticate(self, secret: str | None) -> Principal:
         return authenticate_with(self.uow, self.clock, secret)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainhub.core.fairshare import DecayedUsage
@@ -31,6 +32,7 @@ from trainhub.core.verdicts import (
     MarkRunning,
     RequestStop,
     Terminate,
+    Transition,
     Verdict,
     judge,
     launch_failed,
@@ -45,6 +47,7 @@ from trainhub.service.ports import ArtifactStore, AttemptLaunch, AttemptStatus, 
 from trainhub.service.records import KEEP, Attempt, AttemptUpdate, Trial, TrialUpdate
 from trainhub.service.repository import Repository, UnitOfWork
 from trainhub.service.scheduling_view import SchedulingView
+from trainhub.service.search_ports import TrialHooks
 from trainhub.service.trial_writes import write_trial
 
 log = logging.getLogger(__name__)
@@ -105,8 +108,10 @@ class ControlLoop:
         policy: BasePolicy,
         config: LoopConfig,
         clock: Clock,
+        hooks: TrialHooks | None = None,
     ) -> None:
         self.uow = uow
+        self.hooks = hooks  # searches: pruning, pausing, warm starts (service/search.py)
         self.executor = executor
         self.store = store
         self.policy = policy
@@ -134,8 +139,7 @@ class ControlLoop:
         with self.uow() as repo:
             active = repo.trials_in_states(ACTIVE_STATES)
             attempts = repo.open_attempts([t.id for t in active])
-            for trial in active:
-                self._spec(repo, trial)
+            self._load_specs(repo, active)
             self.view.advance_usage(repo, active, attempts, self.clock())
         for trial in active:
             report.polled += 1
@@ -143,6 +147,8 @@ class ControlLoop:
             report.verdicts[trial.id] = verdict
             if isinstance(verdict, EndAttempt):
                 report.ended.append(trial.id)
+        if self.hooks is not None:
+            self.hooks.tick()
         self._schedule(report)
         return report
 
@@ -280,6 +286,7 @@ class ControlLoop:
                 max_restarts=spec.max_restarts,
                 resume_step=latest[-1].step if latest else None,
             )
+            transition = self._steered(trial, transition)  # PRUNED or PAUSED where asked
             queued = transition.target == TrialState.QUEUED
             write_trial(
                 repo,
@@ -300,6 +307,18 @@ class ControlLoop:
             )
             refresh_experiment_state(repo, trial.experiment_id, now)
 
+    def _steered(self, trial: Trial, transition: Transition) -> Transition:
+        """A pruned trial ends PRUNED (not CANCELED), a paused one waits PAUSED (not QUEUED)."""
+        if self.hooks is None:
+            return transition
+        target = self.hooks.state_after_stop(trial, transition.target)
+        if target == transition.target:
+            return transition
+        if target == TrialState.PAUSED:
+            note = f"{trial.stop_reason or 'paused'}; resume to queue it again"
+            return replace(transition, target=target, message=note, pending_reason=note)
+        return replace(transition, target=target)
+
     def _release_orphans(self) -> None:
         now = self.clock()
         if now - self._last_orphan_check < self.config.orphan_check_interval_s:
@@ -317,6 +336,12 @@ class ControlLoop:
             self.executor.release(key)
 
     # ---------------------------------------------------------------- scheduling
+    def _load_specs(self, repo: Repository, trials: Sequence[Trial]) -> None:
+        """Parse the specs of experiments not seen yet, read in one query."""
+        missing = {t.experiment_id for t in trials if t.experiment_id not in self._specs}
+        for experiment_id, spec in repo.experiment_specs(sorted(missing)).items():
+            self._specs[experiment_id] = ExperimentSpec.model_validate(spec)
+
     def _spec(self, repo: Repository, trial: Trial) -> ExperimentSpec:
         spec = self._specs.get(trial.experiment_id)
         if spec is None:
@@ -329,8 +354,7 @@ class ControlLoop:
         with self.uow() as repo:
             queued = repo.trials_in_states([TrialState.QUEUED])
             active = repo.trials_in_states(ACTIVE_STATES)
-            for trial in (*queued, *active):
-                self._spec(repo, trial)
+            self._load_specs(repo, [*queued, *active])
             snapshot = self.view.snapshot(
                 repo, queued, active, self._specs, self.executor.cluster_nodes, now
             )
@@ -343,6 +367,7 @@ class ControlLoop:
             if isinstance(decision, Preempt):
                 self._preempt(decision)
         position = 0
+        notes: list[tuple[int, TrialUpdate]] = []
         for decision in decisions:
             if isinstance(decision, Start):
                 self._start(by_id[decision.trial_id], decision.placement)
@@ -352,11 +377,16 @@ class ControlLoop:
                 position += 1
                 trial = by_id[decision.trial_id]
                 if trial.pending_reason != decision.reason or trial.queue_position != position:
-                    with self.uow() as repo:
-                        repo.update_trial(
+                    notes.append(
+                        (
                             trial.id,
                             TrialUpdate(pending_reason=decision.reason, queue_position=position),
                         )
+                    )
+        if notes:
+            # one statement each and one commit: a long queue's reasons are cheap to keep
+            with self.uow() as repo:
+                repo.update_trials(notes)
 
     def _start(self, trial: Trial, placement: tuple[str, ...]) -> None:
         now = self.clock()
@@ -376,12 +406,15 @@ class ControlLoop:
             )
             checkpoints = repo.list_checkpoints(trial.id)
             restore = max(checkpoints, key=lambda c: (c.step, c.id)) if checkpoints else None
+            restore_id = restore.id if restore else None
+            if restore_id is None and self.hooks is not None:
+                restore_id = self.hooks.warm_start(trial)  # a PBT donor's or a clone's source
             attempt = repo.add_attempt(
                 trial.id,
                 number,
                 key,
                 placement,
-                restore.id if restore else None,
+                restore_id,
                 token.id,
                 now,
                 num_slots=ResourceRequest.from_spec(spec.resources).num_slots,
@@ -412,8 +445,8 @@ class ControlLoop:
                 protocol.ENV_HPARAMS: json.dumps(trial.hparams),
             }
         )
-        if restore is not None:
-            env[protocol.ENV_RESTORE_CHECKPOINT] = str(restore.id)
+        if restore_id is not None:
+            env[protocol.ENV_RESTORE_CHECKPOINT] = str(restore_id)
         distributed = experiment.spec.get("distributed")
         if distributed:
             env[protocol.ENV_DISTRIBUTED] = json.dumps(distributed)

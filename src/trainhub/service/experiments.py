@@ -28,6 +28,7 @@ from trainhub.core.resources import (
     largest_node_capacity,
     total_slots,
 )
+from trainhub.core.searcher_spec import SearcherSpec
 from trainhub.core.spec import (
     ExperimentSpec,
     Priority,
@@ -92,10 +93,21 @@ class _TrialsOfExperiments(TrialStore, ExperimentStore, Protocol):
     """The roles refresh_experiment_state uses."""
 
 
-def refresh_experiment_state(repo: _TrialsOfExperiments, experiment_id: int, now: float) -> None:
-    """Derive the experiment's state from its trials (after a trial ended)."""
+def refresh_experiment_state(
+    repo: _TrialsOfExperiments, experiment_id: int, now: float, search_done: bool = False
+) -> None:
+    """Derive the experiment's state from its trials (after a trial ended).
+
+    A search ends when its searcher has no more trials to make (``service/search.py`` passes
+    ``search_done``), not when its running trials happen to have ended; a cancel ends it.
+    """
     states = [t.state for t in repo.list_trials(experiment_id)]
     state = experiment_state(states)
+    if state in (ExperimentState.COMPLETED, ExperimentState.FAILED) and not search_done:
+        experiment = repo.get_experiment(experiment_id)
+        searcher = (experiment.spec.get("searcher") or {}) if experiment else {}
+        if SearcherSpec.model_validate(searcher).kind != "single":
+            state = ExperimentState.ACTIVE
     repo.set_experiment_state(
         experiment_id, state, now if state != ExperimentState.ACTIVE else None
     )
@@ -117,6 +129,8 @@ class ExperimentService:
         self.wake_scheduler = wake_scheduler
         self.max_context_bytes = max_context_bytes
         self.cluster_nodes = cluster_nodes
+        # told before an experiment's trials are canceled: its search makes no more trials
+        self.on_cancel: Callable[[int], None] = lambda experiment_id: None
 
     def submit(
         self,
@@ -191,9 +205,14 @@ class ExperimentService:
             )
             if key is not None:
                 repo.set_experiment_context(experiment.id, key)
-            trial = repo.add_trial(experiment.id, dict(spec.hyperparameters), spec.priority, now)
-            repo.add_event(trial.id, "submitted", f"submitted by {principal.username}", now)
-            return ExperimentDetail(_must(repo.get_experiment(experiment.id)), [trial])
+            trials = []
+            if spec.searcher.kind == "single":  # a search's trials come from its searcher
+                trial = repo.add_trial(
+                    experiment.id, dict(spec.hyperparameters), spec.priority, now
+                )
+                repo.add_event(trial.id, "submitted", f"submitted by {principal.username}", now)
+                trials.append(trial)
+            return ExperimentDetail(_must(repo.get_experiment(experiment.id)), trials)
 
     def list_experiments(
         self,
@@ -233,6 +252,7 @@ class ExperimentService:
     def cancel_experiment(self, principal: Principal, experiment_id: int) -> ExperimentDetail:
         detail = self.get(principal, experiment_id)
         check_write(principal, detail.experiment.tenant, f"experiment {experiment_id}")
+        self.on_cancel(experiment_id)
         for trial in detail.trials:
             if not trial.state.is_terminal:
                 self.cancel_trial(principal, trial.id)

@@ -99,6 +99,9 @@ class ExperimentStore(Protocol):
         self, experiment_id: int, state: ExperimentState, ended_at: float | None
     ) -> None: ...
     def experiment_of(self, trial_id: int) -> Experiment: ...
+    def experiment_specs(self, experiment_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """The spec of each of these experiments, in one query."""
+        ...
 
 
 class TrialStore(Protocol):
@@ -113,6 +116,10 @@ class TrialStore(Protocol):
     ) -> Trial:
         """Write ``update``; with ``expected_state``, only if the row is still in that state
         (raises ``Conflict`` otherwise). Does not check the transition: the service does."""
+        ...
+
+    def update_trials(self, updates: Sequence[tuple[int, TrialUpdate]]) -> None:
+        """Write several updates that change no state, without reading the trials back."""
         ...
 
 

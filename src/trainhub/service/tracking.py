@@ -399,7 +399,11 @@ class TrackingService:
         with self.uow() as repo:
             _trial_for(repo, principal, trial_id, write=False)
             checkpoint = repo.get_checkpoint(checkpoint_id)
-            if checkpoint is None or checkpoint.trial_id != trial_id:
+            # a trial may read its own checkpoints and the one it warm-starts from (PBT, clone)
+            restores = checkpoint is not None and any(
+                a.restored_checkpoint_id == checkpoint_id for a in repo.list_attempts(trial_id)
+            )
+            if checkpoint is None or (checkpoint.trial_id != trial_id and not restores):
                 raise NotFound(f"checkpoint {checkpoint_id} of trial {trial_id} does not exist")
         return checkpoint, self.store.iter_chunks(checkpoint.storage_key)
 

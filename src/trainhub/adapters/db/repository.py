@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, func, select
+from sqlalchemy import update as sa_update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -422,13 +423,14 @@ class SqlRepository:
         return [self._trial(r) for r in rows]
 
     def trials_in_states(self, states: Sequence[TrialState]) -> list[Trial]:
-        rows = self.s.scalars(
-            select(TrialRow)
+        # plain rows, not ORM objects: the control loop reads every queued trial each tick
+        rows = self.s.execute(
+            select(TrialRow.__table__)
             .where(TrialRow.state.in_([s.value for s in states]))
             .order_by(TrialRow.id)
         )
         tenants = self._tenant_names()
-        return [self._trial(r, tenants[r.tenant_id]) for r in rows]
+        return [self._trial(r, tenants[r.tenant_id]) for r in rows]  # type: ignore[arg-type]
 
     def update_trial(
         self, trial_id: int, update: TrialUpdate, expected_state: TrialState | None = None
@@ -443,6 +445,21 @@ class SqlRepository:
             setattr(row, key, value.value if isinstance(value, TrialState) else value)
         self.s.flush()
         return self._trial(row)
+
+    def experiment_specs(self, experiment_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        specs: dict[int, dict[str, Any]] = {}
+        for chunk in _chunks(experiment_ids):
+            query = select(ExperimentRow.id, ExperimentRow.spec).where(ExperimentRow.id.in_(chunk))
+            specs.update((int(i), dict(spec)) for i, spec in self.s.execute(query))
+        return specs
+
+    def update_trials(self, updates: Sequence[tuple[int, TrialUpdate]]) -> None:
+        for trial_id, update in updates:
+            changes = update.changes()
+            if "state" in changes:
+                raise ValueError("update_trials changes no state: use update_trial")
+            if changes:
+                self.s.execute(sa_update(TrialRow).where(TrialRow.id == trial_id).values(**changes))
 
     def experiment_of(self, trial_id: int) -> Experiment:
         row = self._trial_row(trial_id)
@@ -486,13 +503,14 @@ class SqlRepository:
     def open_attempts(self, trial_ids: Sequence[int]) -> dict[int, Attempt]:
         found: dict[int, Attempt] = {}
         for chunk in _chunks(trial_ids):
-            rows = self.s.scalars(
-                select(AttemptRow)
+            rows = self.s.execute(
+                select(AttemptRow.__table__)
                 .where(AttemptRow.trial_id.in_(chunk), AttemptRow.outcome.is_(None))
                 .order_by(AttemptRow.number)
             )
             for row in rows:
-                found[row.trial_id] = _attempt(row)  # the highest number wins, as open_attempt
+                # the highest number wins, as open_attempt; plain rows, read every tick
+                found[row.trial_id] = _attempt(row)  # type: ignore[arg-type]
         return found
 
     def list_attempts(self, trial_id: int) -> list[Attempt]:

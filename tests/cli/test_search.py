@@ -1,0 +1,92 @@
+"""trainhub trials / pause / resume / kill / clone / limits against a live server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cli.conftest import Cli, LiveServer
+from tests.cli.helpers import start, submit
+from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
+from trainhub.adapters.optuna_search import OptunaSearch
+from trainhub.service.search import SearchService
+from trainhub.service.steering import SteeringService
+
+SEARCH = """
+name: cli-search
+entrypoint: python train.py
+hyperparameters:
+  lr: {type: float, low: 1.0e-4, high: 1.0e-1, log: true}
+  width: {type: int, low: 8, high: 64}
+searcher: {sampler: random, metric: acc, max_trials: 4, max_concurrent_trials: 2, seed: 0}
+"""
+
+
+@pytest.fixture
+def search(live: LiveServer, sqlite_url: str) -> Iterator[SearchService]:
+    services = live.api.services
+    backend = OptunaSearch.for_database(sqlite_url)
+    uow = SqlSearchUnitOfWork(services.uow.engine)  # type: ignore[attr-defined]
+    services.steering = SteeringService(
+        uow, services.experiments, live.api.store, backend, services.clock
+    )
+    yield SearchService(uow, backend, live.api.store, services.clock)
+    backend.storage.engine.dispose()
+
+
+def test_trials_sorted_by_metric_with_hparams_as_columns(
+    live: LiveServer, cli: Cli, search: SearchService
+) -> None:
+    experiment_id = submit(live, SEARCH)["id"]
+    search.tick()
+    rows = [
+        json.loads(line) for line in cli("trials", str(experiment_id), "--json").output.splitlines()
+    ]
+    assert len(rows) == 2
+    assert set(rows[0]) >= {"id", "state", "hparams", "metric", "epochs"}
+    admin = live.api.services.authenticate(live.api.admin_token)
+    for value, row in zip((0.3, 0.9), rows, strict=True):
+        start(live, row["id"])
+        live.api.services.tracking.record_metrics(admin, row["id"], 1, [(2, {"acc": value})])
+    rows = [
+        json.loads(line) for line in cli("trials", str(experiment_id), "--json").output.splitlines()
+    ]
+    assert [r["metric"] for r in rows] == [0.9, 0.3]  # best first
+    assert [r["epochs"] for r in rows] == [2, 2]
+    table = cli("trials", str(experiment_id)).output
+    assert "2/4 trials" in table
+    assert "best: trial" in table
+    assert "lr" in table
+    assert "width" in table
+    assert "2/4 trials: 0 done" in cli("show", str(experiment_id)).output
+    csv_text = cli("trials", str(experiment_id), "--csv").output.splitlines()
+    assert csv_text[0] == "id,state,acc,epochs,lr,width,why"
+    assert len(csv_text) == 3
+
+
+def test_steer_from_the_command_line(live: LiveServer, cli: Cli, search: SearchService) -> None:
+    experiment_id = submit(live, SEARCH)["id"]
+    search.tick()
+    first = json.loads(cli("trials", str(experiment_id), "--json").output.splitlines()[0])["id"]
+    assert f"trial {first}: PAUSED" in cli("pause", str(first), "--trial").output
+    assert f"trial {first}: QUEUED" in cli("resume", str(first), "--trial").output
+    assert "paused" in cli("pause", str(experiment_id)).output
+    assert "running" in cli("resume", str(experiment_id)).output
+    out = cli("limits", str(experiment_id), "--max-trials", "9").output
+    assert "/9 trials" in out
+    cloned = cli("clone", str(experiment_id), "--set", "lr=0.05", "--set", "searcher.max_trials=3")
+    assert cloned.exit_code == 0, cloned.output
+    assert "submitted experiment" in cloned.output
+    bad = cli("clone", str(experiment_id), "--set", "lr")
+    assert bad.exit_code == 2
+    assert "PATH=VALUE" in bad.output
+    wrong = cli("clone", str(experiment_id), "--set", "searcher.sampler=annealing")
+    assert wrong.exit_code == 1
+    assert "searcher.sampler" in wrong.output
+    assert "saved template" in cli("template", "save", "base", "--from", str(experiment_id)).output
+    assert "default/base (with code" in cli("template", "ls").output
+    submitted = cli("template", "submit", "base", "--set", "lr=0.05")
+    assert "from template base" in submitted.output
+    assert "CANCELED" in cli("kill", str(experiment_id)).output
