@@ -56,7 +56,7 @@ def test_table_and_errors(tmp_path: Path) -> None:
 def test_estimated_durations_reach_the_simulator(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import trainhub.sim.runner as runner
+    from trainhub.sim import runner
 
     trace = tmp_path / "small.csv"
     trace.write_text(TRACE)
