@@ -192,3 +192,15 @@ def test_estimated_durations_are_the_median_of_finished_jobs_of_the_tenant_and_s
     off = _Seen()
     Simulator(jobs, ClusterSpec.uniform(1, 1), off).run()
     assert set(off.seen.values()) == {None}
+
+
+def test_memory_requests_on_nodes_without_a_memory_size_are_measured() -> None:
+    # `trainhub sim --nodes` builds nodes of unknown (infinite) memory; openb pods ask for some
+    # the 2-GPU gang waits while one GPU is free: that GPU's room is measured
+    jobs = [
+        TraceJob(job_id=i, submit_s=i, duration_s=10, num_gpus=1 + i, memory_gb_per_worker=4.0)
+        for i in range(2)
+    ]
+    summary = Simulator(jobs, ClusterSpec.uniform(1, 2), FifoPolicy()).run().summary()
+    assert summary["unfinished"] == 0
+    assert summary["idle_while_fits"] == 0.0
