@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from trainhub.cli.sim import app
@@ -49,3 +51,24 @@ def test_table_and_errors(tmp_path: Path) -> None:
     # the choices come from the policy registry; click names them all
     assert "'magic' is not one of" in policy.output
     assert "'las'" in policy.output
+
+
+def test_estimated_durations_reach_the_simulator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainhub.sim import runner
+
+    trace = tmp_path / "small.csv"
+    trace.write_text(TRACE)
+    seen: list[bool] = []
+    real = runner.compare
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["sim"].estimated_durations)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "compare", recording)  # the real one, its input recorded
+    args = ["--trace", str(trace), "--nodes", "1", "--gpus-per-node", "8", "--json", "-p", "fair"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert CliRunner().invoke(app, [*args, "--estimated-durations"]).exit_code == 0
+    assert seen == [False, True]

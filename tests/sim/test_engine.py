@@ -163,3 +163,44 @@ class _Silent(BasePolicy):
 def test_a_policy_that_never_starts_anything_ends_the_run() -> None:
     result = Simulator([job(0, 0, 10)], ClusterSpec.uniform(1, 1), _Silent()).run()
     assert result.summary()["unfinished"] == 1
+
+
+class _Seen(FifoPolicy):
+    """FIFO that records the expected durations it was shown."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[int, float | None] = {}
+
+    def decide(self, snapshot: Snapshot) -> DecisionList:
+        for trial in snapshot.queue:
+            self.seen[trial.trial_id] = trial.expected_duration_s
+        return super().decide(snapshot)
+
+
+def test_estimated_durations_are_the_median_of_finished_jobs_of_the_tenant_and_size() -> None:
+    # one GPU: the jobs run one after another; 1-GPU jobs of "t" finish in 10, 20, 30 s
+    jobs = [job(0, 0, 10), job(1, 0, 20), job(2, 0, 30), job(3, 100, 50), job(4, 100, 50)]
+    jobs.append(job(5, 100, 50, tenant="u"))
+    policy = _Seen()
+    Simulator(
+        jobs, ClusterSpec.uniform(1, 1), policy, config=SimConfig(estimated_durations=True)
+    ).run()
+    assert [policy.seen[i] for i in range(3)] == [None, None, None]  # nothing had finished
+    assert policy.seen[3] == policy.seen[4] == 20.0  # median of 10, 20, 30
+    assert policy.seen[5] is None  # another tenant: its own history
+    off = _Seen()
+    Simulator(jobs, ClusterSpec.uniform(1, 1), off).run()
+    assert set(off.seen.values()) == {None}
+
+
+def test_memory_requests_on_nodes_without_a_memory_size_are_measured() -> None:
+    # `trainhub sim --nodes` builds nodes of unknown (infinite) memory; openb pods ask for some
+    # the 2-GPU gang waits while one GPU is free: that GPU's room is measured
+    jobs = [
+        TraceJob(job_id=i, submit_s=i, duration_s=10, num_gpus=1 + i, memory_gb_per_worker=4.0)
+        for i in range(2)
+    ]
+    summary = Simulator(jobs, ClusterSpec.uniform(1, 2), FifoPolicy()).run().summary()
+    assert summary["unfinished"] == 0
+    assert summary["idle_while_fits"] == 0.0

@@ -89,6 +89,13 @@ def sim(
     known_durations: Annotated[
         bool, typer.Option(help="Show every policy the true durations (SJF always sees them)")
     ] = False,
+    estimated_durations: Annotated[
+        bool,
+        typer.Option(
+            help="Show the policies the server's estimate (median run time of finished jobs "
+            "of the same tenant and size) as the expected duration"
+        ),
+    ] = False,
     load: Annotated[
         float | None,
         typer.Option(
@@ -136,6 +143,7 @@ def sim(
             checkpoint_time_s=checkpoint_time_s,
             restart_overhead_s=restart_overhead_s,
             known_durations=known_durations,
+            estimated_durations=estimated_durations,
             pass_interval_s=pass_interval_s,
         )
     except (OSError, ValueError) as exc:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from trainhub.core.fairshare import DecayedUsage, scaled_guarantees
 from trainhub.core.resources import can_ever_fit
 from trainhub.core.scheduling import BasePolicy, TenantShare, split_decisions
-from trainhub.core.scheduling.view import SnapshotBuilder, TrialFacts
+from trainhub.core.scheduling.view import DurationEstimates, SnapshotBuilder, TrialFacts
 from trainhub.core.states import TrialState
 from trainhub.sim.cluster import ClusterSpec
 from trainhub.sim.idle import IdleWhileFits
@@ -51,6 +51,10 @@ class SimConfig:
         restart_overhead_s: time a restarted job holds its GPUs before making progress.
         known_durations: show the policy each job's true remaining time as
             ``expected_duration_s`` (the SJF bound; an oracle for backfill).
+        estimated_durations: without ``known_durations``, show the policy the estimate the
+            server makes (``DurationEstimates``: the median run time of finished jobs of the
+            same user and project, else project, else user). Traces have no users: the
+            tenant stands for the user and the tenant with the job's GPU count for the project.
         half_life_s: half-life of the decayed tenant usage handed to the policy.
         pass_interval_s: the least time between two scheduling passes, like the tick of a
             control loop: events closer to the last pass than this wait for a pass at the
@@ -63,6 +67,7 @@ class SimConfig:
     save_on_preempt: bool = False
     restart_overhead_s: float = 60.0
     known_durations: bool = False
+    estimated_durations: bool = False
     half_life_s: float = 24 * 3600.0
     pass_interval_s: float = 0.0
     max_passes: int = 50_000_000
@@ -164,6 +169,8 @@ class Simulator:
         total_gpus = self.cluster.total_gpus
         idle = IdleWhileFits(free_g, free_c, free_m, start)
 
+        estimates = DurationEstimates()
+
         def queued_facts(job_id: int, at: float) -> TrialFacts:
             job = by_id[job_id]
             made = TrialFacts(
@@ -176,7 +183,13 @@ class Simulator:
                 submitted_at=job.submit_s,
                 attained_service=attained.get(job_id, 0.0),
                 progress_s=job.duration_s - remaining[job_id],
-                expected_duration_s=job.duration_s if cfg.known_durations else None,
+                expected_duration_s=(
+                    job.duration_s
+                    if cfg.known_durations
+                    else estimates.estimate(job.tenant, f"{job.tenant}:{job.num_gpus}")
+                    if cfg.estimated_durations
+                    else None
+                ),
                 num_preemptions=preemptions.get(job_id, 0),
             )
             facts[job_id] = made
@@ -226,6 +239,8 @@ class Simulator:
                 record = records[job_id]
                 if kind == _FINISH:
                     record.finish_s = now
+                    job = by_id[job_id]
+                    estimates.add(job.tenant, f"{job.tenant}:{job.num_gpus}", job.duration_s)
                     timeline.change(trial.tenant, now, demand=-slots)
                     del facts[job_id]
                     gone.append(job_id)

@@ -12,6 +12,7 @@ Node labels are not checked (the traces ask for none).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from trainhub.core.scheduling.queue import TrialQueue
@@ -79,7 +80,8 @@ class IdleWhileFits:
                 min(
                     fg // g,
                     int((fc + 1e-9) // c) if c else fg,
-                    int((fm + 1e-9) // m) if m else fg,
+                    # a node that reports no memory (infinite) limits nothing
+                    int((fm + 1e-9) // m) if m and math.isfinite(fm) else fg,
                 )
                 for fg, fc, fm in free
             ]

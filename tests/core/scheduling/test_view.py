@@ -12,6 +12,7 @@ from trainhub.core.fairshare import DecayedUsage
 from trainhub.core.resources import Node, ResourceRequest, can_ever_fit, largest_node_capacity
 from trainhub.core.scheduling import POLICY_NAMES, TenantShare, create_policy
 from trainhub.core.scheduling.view import (
+    DurationEstimates,
     NodeFacts,
     SnapshotBuilder,
     TrialFacts,
@@ -214,6 +215,25 @@ def test_estimate_duration_prefers_the_closest_history() -> None:
     assert estimate_duration(history, "cid", "vision") == 900.0
     assert estimate_duration(history, "bob", "nlp") == 900.0
     assert estimate_duration(history, "cid", "nlp") is None
+
+
+def test_duration_estimates_one_run_at_a_time_equal_the_estimate_over_all_runs() -> None:
+    rng = random.Random(7)
+    estimates = DurationEstimates()
+    history: list[tuple[str, str, float]] = []
+    users, projects = ("ann", "bob", "cid"), ("vision", "nlp")
+    checked = 0
+    for _ in range(200):
+        run = (rng.choice(users), rng.choice(projects), float(rng.randint(1, 1000)))
+        estimates.add(*run)
+        history.append(run)
+        for user in (*users, "dan"):
+            for project in (*projects, "speech"):
+                assert estimates.estimate(user, project) == estimate_duration(
+                    history, user, project
+                )
+                checked += estimates.estimate(user, project) is not None
+    assert checked > 1000
 
 
 def test_decayed_usage_by_changes_equals_usage_by_ticks() -> None:

@@ -25,6 +25,7 @@ says; every other state is not in the snapshot.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -195,6 +196,35 @@ def estimate_duration(
         if len(runs) >= min_samples:
             return float(statistics.median(runs))
     return None
+
+
+class DurationEstimates:
+    """:func:`estimate_duration` kept up to date one finished trial at a time (the simulator
+    adds each job as it completes; the answers equal ``estimate_duration`` over the same
+    finished trials)."""
+
+    def __init__(self, min_samples: int = 3) -> None:
+        self.min_samples = min_samples
+        self._by_pair: dict[tuple[str, str], list[float]] = {}
+        self._by_project: dict[str, list[float]] = {}
+        self._by_user: dict[str, list[float]] = {}
+
+    def add(self, user: str, project: str, run_time_s: float) -> None:
+        bisect.insort(self._by_pair.setdefault((user, project), []), run_time_s)
+        bisect.insort(self._by_project.setdefault(project, []), run_time_s)
+        bisect.insort(self._by_user.setdefault(user, []), run_time_s)
+
+    def estimate(self, user: str, project: str) -> float | None:
+        for runs in (
+            self._by_pair.get((user, project)),
+            self._by_project.get(project),
+            self._by_user.get(user),
+        ):
+            if runs is not None and len(runs) >= self.min_samples:
+                n = len(runs)
+                mid = n // 2
+                return runs[mid] if n % 2 else (runs[mid - 1] + runs[mid]) / 2
+        return None
 
 
 _IN_SNAPSHOT = frozenset(
