@@ -146,7 +146,7 @@ def test_plain_scripts_are_preempted_by_sigterm_and_resume(
         # an attempt whose work ended while it was being stopped counts as preempted too (an
         # exit after should_stop() says nothing more); the next one resumes at the end
         match = re.search(r"saved step (\d+) on SIGTERM", before) or re.search(
-            r"checkpoint at step (60)\nfinished", before
+            r"(?:checkpoint at|resumed from) step (60)\nfinished", before
         )
         assert match, (before, logs)
         assert f"resumed from step {match.group(1)}" in after, (after, logs)
