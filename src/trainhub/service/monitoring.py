@@ -1,0 +1,464 @@
+"""Node monitoring: samples from the node agents, series with downsampled retention, node health.
+
+The agents (``trainhub.adapters.monitor``) sample each node every few seconds; the control loop
+pulls what they gathered once a tick (:meth:`MonitoringService.refresh`) and this service keeps:
+
+- the latest sample and hardware inventory of every node;
+- series per node and metric in three tiers: every sample for 15 minutes, 1-minute means for
+  a day, 15-minute means for 30 days (memory stays bounded: ~1,250 points per series);
+- each node's health, judged by :func:`judge_node` (pure): a lost agent, uncorrected ECC
+  errors or hardware/thermal throttling make a node unhealthy;
+- admin controls (cordon, drain), persisted through a :class:`NodeControlStore`.
+
+A node takes new trials only when it is healthy and not cordoned (:meth:`node_overlay`, read
+by the scheduling view); a draining node is cordoned and its trials are preempted by checkpoint
+(the control loop asks :meth:`draining_nodes`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from trainhub.core.errors import NotFound
+from trainhub.service.auth import require_admin
+from trainhub.service.clock import Clock
+from trainhub.service.ports import Principal
+
+__all__ = [
+    "GpuSample",
+    "LatencyHistogram",
+    "MonitoringService",
+    "NodeControl",
+    "NodeControlStore",
+    "NodeHealth",
+    "NodeInventory",
+    "NodeMonitor",
+    "NodeSample",
+    "NodeStatus",
+    "Series",
+    "judge_node",
+]
+
+# NVML throttle (clock event) reasons that mean the hardware is in trouble; power capping by
+# software and idle clocks are normal operation and do not count
+BAD_THROTTLE_REASONS = frozenset(
+    {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake", "sw_thermal_slowdown"}
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSample:
+    """One GPU at one instant (NVML). Temperatures in Celsius, power in watts."""
+
+    index: int
+    uuid: str
+    utilization_pct: float
+    memory_used_gb: float
+    memory_total_gb: float
+    temperature_c: float
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    ecc_uncorrected: int = 0  # volatile (since the driver loaded) uncorrected ECC errors
+    throttle_reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSample:
+    """One node at one instant (psutil, and NVML where GPUs exist)."""
+
+    node_id: str
+    at: float
+    cpu_pct: float
+    memory_used_gb: float
+    memory_total_gb: float
+    net_sent_bytes: int = 0  # counters since boot
+    net_recv_bytes: int = 0
+    disk_used_pct: float = 0.0
+    gpus: tuple[GpuSample, ...] = ()
+    # trial id -> (cpu %, resident GB) of its rank process trees on this node
+    trials: Mapping[int, tuple[float, float]] = field(default_factory=dict)
+
+    def values(self) -> dict[str, float]:
+        """The sample as named series values (what :class:`Series` keeps)."""
+        out = {
+            "cpu_pct": self.cpu_pct,
+            "memory_used_gb": self.memory_used_gb,
+            "disk_used_pct": self.disk_used_pct,
+        }
+        for gpu in self.gpus:
+            out[f"gpu{gpu.index}.utilization_pct"] = gpu.utilization_pct
+            out[f"gpu{gpu.index}.memory_used_gb"] = gpu.memory_used_gb
+            out[f"gpu{gpu.index}.temperature_c"] = gpu.temperature_c
+            if gpu.power_w is not None:
+                out[f"gpu{gpu.index}.power_w"] = gpu.power_w
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeInventory:
+    """The hardware of one node, read once by its agent."""
+
+    node_id: str
+    hostname: str
+    cpu_model: str
+    num_cores: int
+    memory_gb: float
+    gpus: tuple[Mapping[str, str], ...] = ()  # model, memory_gb, driver, uuid per GPU
+    nics: tuple[Mapping[str, str], ...] = ()  # name, speed_mbps, address per interface
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    healthy: bool
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeControl:
+    """What an admin asked of a node."""
+
+    node_id: str
+    cordoned: bool = False
+    draining: bool = False
+    reason: str = ""
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """Everything known of one node, as the API and the CLI show it."""
+
+    node_id: str
+    health: NodeHealth
+    control: NodeControl
+    last_seen: float | None
+    latest: NodeSample | None
+    inventory: NodeInventory | None
+
+    @property
+    def schedulable(self) -> bool:
+        return self.health.healthy and not self.control.cordoned and not self.control.draining
+
+
+class NodeMonitor(Protocol):
+    """Port: the node agents (one per node of the cluster)."""
+
+    def collect(self) -> list[NodeSample]:
+        """Samples taken since the last call, from every agent that answered."""
+        ...
+
+    def inventory(self) -> list[NodeInventory]:
+        """The hardware of every node whose agent answered."""
+        ...
+
+
+class NodeControlStore(Protocol):
+    """Port: admin controls and health history of nodes, kept in the database."""
+
+    def node_controls(self) -> dict[str, NodeControl]: ...
+
+    def set_node_control(self, control: NodeControl) -> None: ...
+
+    def add_health_event(self, node_id: str, at: float, healthy: bool, reason: str) -> None: ...
+
+    def health_events(self, node_id: str, limit: int) -> list[tuple[float, bool, str]]: ...
+
+
+def judge_node(
+    latest: NodeSample | None, last_seen: float | None, now: float, lost_after_s: float
+) -> NodeHealth:
+    """The health of a node from its latest sample: pure, the rules in one place.
+
+    A node whose agent has not reported for ``lost_after_s`` is unhealthy (``last_seen``: its
+    latest report, or when the node was first known while it never reported); so is a node
+    with a GPU that reports uncorrected ECC errors or hardware/thermal throttling.
+    """
+    reasons: list[str] = []
+    silent_s = now - last_seen if last_seen is not None else math.inf
+    if silent_s > lost_after_s:
+        what = "no report" if latest is not None else "no report ever"
+        reasons.append(f"monitoring agent lost: {what} for {silent_s:.0f} s")
+    for gpu in latest.gpus if latest is not None else ():
+        if gpu.ecc_uncorrected > 0:
+            reasons.append(f"GPU {gpu.index}: {gpu.ecc_uncorrected} uncorrected ECC errors")
+        bad = sorted(BAD_THROTTLE_REASONS.intersection(gpu.throttle_reasons))
+        if bad:
+            reasons.append(f"GPU {gpu.index} throttled: {', '.join(bad)}")
+    return NodeHealth(not reasons, tuple(reasons))
+
+
+class Series:
+    """One metric of one node, with downsampled retention.
+
+    Tiers of (bucket width, kept for): raw samples for ``raw_keep_s``, then means per bucket.
+    A point leaves a finer tier only when it is older than that tier keeps; the coarser tier
+    has its mean by then, so a query over any range finds the finest data kept for it.
+    """
+
+    TIERS: tuple[tuple[float, float], ...] = ((60.0, 24 * 3600.0), (900.0, 30 * 24 * 3600.0))
+
+    def __init__(self, raw_keep_s: float = 900.0) -> None:
+        self.raw_keep_s = raw_keep_s
+        self.raw: deque[tuple[float, float]] = deque()
+        # per tier: closed (bucket start, mean) points, and the open bucket's (start, sum, n)
+        self.tiers: list[deque[tuple[float, float]]] = [deque() for _ in self.TIERS]
+        self._open: list[tuple[float, float, int] | None] = [None for _ in self.TIERS]
+
+    def add(self, at: float, value: float) -> None:
+        self.raw.append((at, value))
+        for i, (width, keep_s) in enumerate(self.TIERS):
+            start = at - at % width
+            current = self._open[i]
+            if current is None or current[0] != start:
+                if current is not None:
+                    self.tiers[i].append((current[0], current[1] / current[2]))
+                self._open[i] = (start, value, 1)
+            else:
+                self._open[i] = (start, current[1] + value, current[2] + 1)
+            points = self.tiers[i]
+            while points and points[0][0] < at - keep_s:
+                points.popleft()
+        while self.raw and self.raw[0][0] < at - self.raw_keep_s:
+            self.raw.popleft()
+
+    def points(self, since: float, until: float) -> list[tuple[float, float]]:
+        """The finest points kept for ``[since, until]``: raw where raw reaches back so far,
+        else the finest tier that does (each point: (time, value or bucket mean))."""
+        if self.raw and self.raw[0][0] <= since:
+            return [p for p in self.raw if since <= p[0] <= until]
+        for i, points in enumerate(self.tiers):
+            merged = list(points)
+            current = self._open[i]
+            if current is not None:
+                merged.append((current[0], current[1] / current[2]))
+            if merged and (merged[0][0] <= since or i == len(self.tiers) - 1):
+                lo = bisect.bisect_left(merged, (since, float("-inf")))
+                return [p for p in merged[lo:] if p[0] <= until]
+        return [p for p in self.raw if since <= p[0] <= until]
+
+    def __len__(self) -> int:
+        return len(self.raw) + sum(len(t) for t in self.tiers)
+
+
+class LatencyHistogram:
+    """Cumulative latency buckets in seconds (exported as a Prometheus histogram)."""
+
+    BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts = [0] * (len(self.BUCKETS) + 1)
+        self.total_s = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        with self._lock:
+            self.counts[bisect.bisect_left(self.BUCKETS, seconds)] += 1
+            self.total_s += seconds
+            self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(upper bound, cumulative count) pairs ending with +Inf, as Prometheus wants them."""
+        with self._lock:
+            out, running = [], 0
+            for bound, n in zip((*map(str, self.BUCKETS), "+Inf"), self.counts, strict=True):
+                running += n
+                out.append((bound, running))
+            return out
+
+
+class MonitoringService:
+    """Keeps what the node agents report and decides which nodes may take new trials."""
+
+    def __init__(
+        self,
+        monitor: NodeMonitor | None,
+        controls: NodeControlStore,
+        clock: Clock,
+        *,
+        lost_after_s: float = 30.0,
+        inventory_refresh_s: float = 300.0,
+    ) -> None:
+        self.monitor = monitor
+        self.controls = controls
+        self.clock = clock
+        self.lost_after_s = lost_after_s
+        self.inventory_refresh_s = inventory_refresh_s
+        self.decision_latency = LatencyHistogram()
+        self.api_latency: dict[tuple[str, str], LatencyHistogram] = {}
+        self._lock = threading.Lock()
+        self._latest: dict[str, NodeSample] = {}
+        self._last_seen: dict[str, float] = {}
+        self._first_known: dict[str, float] = {}  # nodes listed by the executor, when first
+        self._series: dict[tuple[str, str], Series] = {}
+        self._inventory: dict[str, NodeInventory] = {}
+        self._inventory_at = float("-inf")
+        self._health: dict[str, NodeHealth] = {}
+        self._controls: dict[str, NodeControl] | None = None
+
+    # ------------------------------------------------------------ the control loop's side
+    def refresh(self, known_nodes: Iterable[str] = ()) -> None:
+        """Pull the agents' samples, judge every node's health, record health changes."""
+        now = self.clock()
+        samples = self.monitor.collect() if self.monitor is not None else []
+        if self.monitor is not None and now - self._inventory_at >= self.inventory_refresh_s:
+            inventory = {i.node_id: i for i in self.monitor.inventory()}
+            self._inventory_at = now
+        else:
+            inventory = None
+        self.record(samples, inventory)
+        self.judge(now, known_nodes)
+
+    def record(
+        self, samples: Sequence[NodeSample], inventory: Mapping[str, NodeInventory] | None = None
+    ) -> None:
+        with self._lock:
+            if inventory:
+                self._inventory.update(inventory)
+            for sample in sorted(samples, key=lambda s: s.at):
+                self._latest[sample.node_id] = sample
+                self._last_seen[sample.node_id] = max(
+                    sample.at, self._last_seen.get(sample.node_id, sample.at)
+                )
+                for name, value in sample.values().items():
+                    key = (sample.node_id, name)
+                    series = self._series.get(key)
+                    if series is None:
+                        series = self._series[key] = Series()
+                    series.add(sample.at, value)
+
+    def judge(self, now: float, known_nodes: Iterable[str] = ()) -> dict[str, NodeHealth]:
+        """Judge every node seen or known; a change of health goes to the history."""
+        with self._lock:
+            for node_id in known_nodes:
+                self._first_known.setdefault(node_id, now)
+            changes = []
+            for node_id in {*self._latest, *self._first_known}:
+                health = judge_node(
+                    self._latest.get(node_id),
+                    self._last_seen.get(node_id, self._first_known.get(node_id)),
+                    now,
+                    self.lost_after_s,
+                )
+                before = self._health.get(node_id)
+                if before is None or before.healthy != health.healthy:
+                    changes.append((node_id, health))
+                self._health[node_id] = health
+        for node_id, health in changes:
+            reason = "; ".join(health.reasons) or "healthy"
+            self.controls.add_health_event(node_id, now, health.healthy, reason)
+        return dict(self._health)
+
+    def node_overlay(self) -> dict[str, tuple[bool, float | None]]:
+        """Per node seen: (may take new trials, hottest GPU temperature) for the scheduler.
+
+        Nodes the monitor never saw are absent: without an agent the scheduler keeps its
+        executor's view (a cluster without monitoring schedules as before).
+        """
+        controls = self._control_map()
+        with self._lock:
+            out: dict[str, tuple[bool, float | None]] = {}
+            for node_id in {*self._health, *controls}:
+                health = self._health.get(node_id)
+                control = controls.get(node_id, NodeControl(node_id))
+                ok = (health is None or health.healthy) and not (
+                    control.cordoned or control.draining
+                )
+                latest = self._latest.get(node_id)
+                temps = [g.temperature_c for g in latest.gpus] if latest else []
+                out[node_id] = (ok, max(temps) if temps else None)
+            return out
+
+    def draining_nodes(self) -> set[str]:
+        return {n for n, c in self._control_map().items() if c.draining}
+
+    def observe_decision(self, seconds: float) -> None:
+        self.decision_latency.observe(seconds)
+
+    def observe_request(self, method: str, route: str, seconds: float) -> None:
+        key = (method, route)
+        histogram = self.api_latency.get(key)
+        if histogram is None:
+            histogram = self.api_latency.setdefault(key, LatencyHistogram())
+        histogram.observe(seconds)
+
+    # ------------------------------------------------------------ the API's side
+    def nodes(self, known_nodes: Iterable[str] = ()) -> list[NodeStatus]:
+        controls = self._control_map()
+        with self._lock:
+            ids = sorted({*self._latest, *self._inventory, *controls, *known_nodes})
+            return [
+                NodeStatus(
+                    node_id=n,
+                    health=self._health.get(n)
+                    or judge_node(
+                        self._latest.get(n), self._last_seen.get(n), self.clock(), self.lost_after_s
+                    ),
+                    control=controls.get(n, NodeControl(n)),
+                    last_seen=self._last_seen.get(n),
+                    latest=self._latest.get(n),
+                    inventory=self._inventory.get(n),
+                )
+                for n in ids
+            ]
+
+    def resolve(self, name: str, known_nodes: Iterable[str] = ()) -> str:
+        """A node id from an id, a unique id prefix (6+ characters) or a hostname."""
+        candidates = {*self._latest, *self._inventory, *self._control_map(), *known_nodes}
+        if name in candidates:
+            return name
+        by_host = [n for n, i in self._inventory.items() if i.hostname == name]
+        by_prefix = [n for n in candidates if len(name) >= 6 and n.startswith(name)]
+        matches = sorted(set(by_host or by_prefix))
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise NotFound(
+                f"node {name!r} is ambiguous: {', '.join(m[:12] for m in matches)}",
+                hint="give more characters of the node id",
+            )
+        raise NotFound(f"no node {name!r}", hint="`trainhub nodes` lists the nodes")
+
+    def series(
+        self, node_id: str, metric: str, since: float, until: float
+    ) -> list[tuple[float, float]]:
+        with self._lock:
+            series = self._series.get((node_id, metric))
+            if series is None:
+                raise NotFound(
+                    f"no series {metric!r} for node {node_id}",
+                    hint="metrics: "
+                    + ", ".join(sorted(m for n, m in self._series if n == node_id)),
+                )
+            return series.points(since, until)
+
+    def health_history(self, node_id: str, limit: int = 50) -> list[tuple[float, bool, str]]:
+        return self.controls.health_events(node_id, limit)
+
+    def set_control(
+        self,
+        principal: Principal,
+        node_id: str,
+        *,
+        cordoned: bool,
+        draining: bool,
+        reason: str = "",
+    ) -> NodeControl:
+        """Cordon (no new trials), drain (cordon, and preempt its trials) or uncordon a node."""
+        require_admin(principal)
+        control = NodeControl(node_id, cordoned, draining, reason, self.clock())
+        self.controls.set_node_control(control)
+        self._controls = None
+        return control
+
+    def _control_map(self) -> dict[str, NodeControl]:
+        controls = self._controls
+        if controls is None:
+            controls = self._controls = self.controls.node_controls()
+        return controls
