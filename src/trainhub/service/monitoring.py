@@ -26,11 +26,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from trainhub.core.errors import NotFound
+from trainhub.core.states import TrialState
 from trainhub.service.auth import require_admin
 from trainhub.service.clock import Clock
 from trainhub.service.ports import Principal
+from trainhub.service.repository import UnitOfWork
 
 __all__ = [
+    "ClusterMetrics",
     "GpuSample",
     "LatencyHistogram",
     "MonitoringService",
@@ -42,6 +45,7 @@ __all__ = [
     "NodeSample",
     "NodeStatus",
     "Series",
+    "gather_cluster_metrics",
     "judge_node",
 ]
 
@@ -66,6 +70,7 @@ class GpuSample:
     sm_clock_mhz: float | None = None
     ecc_uncorrected: int = 0  # volatile (since the driver loaded) uncorrected ECC errors
     throttle_reasons: tuple[str, ...] = ()
+    trial_ids: tuple[int, ...] = ()  # trials whose rank processes use this GPU
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,6 +276,61 @@ class LatencyHistogram:
                 running += n
                 out.append((bound, running))
             return out
+
+
+@dataclass(frozen=True)
+class ClusterMetrics:
+    """What /metrics exports besides the node samples, read from the database at scrape time."""
+
+    trials_by_state: dict[tuple[str, str], int]  # (tenant, state) -> live trials
+    queue_length: dict[str, int]  # tenant -> queued trials
+    oldest_wait_s: dict[str, float]  # tenant -> longest wait of a queued trial
+    held_slots: dict[str, int]  # tenant -> slots its open attempts hold
+    guaranteed_slots: dict[str, int]  # tenant -> its guarantee
+    trial_tenants: dict[int, str]  # live trial -> tenant (labels of per-GPU metrics)
+
+
+LIVE_STATES = (
+    TrialState.QUEUED,
+    TrialState.SCHEDULED,
+    TrialState.RUNNING,
+    TrialState.PREEMPTING,
+    TrialState.PAUSED,
+)
+
+
+_HOLDING = (TrialState.SCHEDULED, TrialState.RUNNING, TrialState.PREEMPTING)
+
+
+def gather_cluster_metrics(uow: UnitOfWork, now: float) -> ClusterMetrics:
+    """Counts of live (non-terminal) trials, the queue and tenant usage: one short read."""
+    with uow() as repo:
+        live = repo.trials_in_states(list(LIVE_STATES))
+        active = [t for t in live if t.state in _HOLDING]
+        attempts = repo.open_attempts([t.id for t in active])
+        tenants = repo.list_tenants()
+    by_state: dict[tuple[str, str], int] = {}
+    queue: dict[str, int] = {}
+    oldest: dict[str, float] = {}
+    for trial in live:
+        key = (trial.tenant, trial.state.value)
+        by_state[key] = by_state.get(key, 0) + 1
+        if trial.state is TrialState.QUEUED:
+            queue[trial.tenant] = queue.get(trial.tenant, 0) + 1
+            oldest[trial.tenant] = max(oldest.get(trial.tenant, 0.0), now - trial.queued_at)
+    held = {t.name: 0 for t in tenants}
+    for trial in active:
+        attempt = attempts.get(trial.id)
+        if attempt is not None:
+            held[trial.tenant] = held.get(trial.tenant, 0) + attempt.num_slots
+    return ClusterMetrics(
+        by_state,
+        queue,
+        oldest,
+        held,
+        {t.name: t.guaranteed_slots for t in tenants},
+        {t.id: t.tenant for t in live},
+    )
 
 
 class MonitoringService:

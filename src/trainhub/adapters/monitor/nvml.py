@@ -38,7 +38,10 @@ class GpuProbe:
         except Exception as exc:  # no library, no driver, no device: a CPU node
             self.why_not = f"NVML unavailable: {exc}"
 
-    def sample(self) -> tuple[GpuSample, ...]:
+    def sample(
+        self, trial_of: Callable[[int], int | None] = lambda pid: None
+    ) -> tuple[GpuSample, ...]:
+        """Every GPU now; ``trial_of`` names the trial of a process id, for the GPU's users."""
         if not self.available:
             return ()
         nv = self._nvml
@@ -54,8 +57,11 @@ class GpuProbe:
                 nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                 nv.NVML_VOLATILE_ECC,
             )
+            procs = _optional(nv.nvmlDeviceGetComputeRunningProcesses, handle) or []
+            trials = {t for p in procs if (t := trial_of(p.pid)) is not None}
             out.append(
                 GpuSample(
+                    trial_ids=tuple(sorted(trials)),
                     index=index,
                     uuid=_text(nv.nvmlDeviceGetUUID(handle)),
                     utilization_pct=float(nv.nvmlDeviceGetUtilizationRates(handle).gpu),

@@ -31,6 +31,7 @@ class NodeSampler:
     def sample(self) -> NodeSample:
         memory = psutil.virtual_memory()
         net = psutil.net_io_counters()
+        trials = self._trial_usage()
         return NodeSample(
             node_id=self.node_id,
             at=time.time(),
@@ -40,8 +41,8 @@ class NodeSampler:
             net_sent_bytes=net.bytes_sent if net else 0,
             net_recv_bytes=net.bytes_recv if net else 0,
             disk_used_pct=psutil.disk_usage(self.disk_path).percent,
-            gpus=self.gpus.sample(),
-            trials=self._trial_usage(),
+            gpus=self.gpus.sample(self._trial_of.get),
+            trials=trials,
         )
 
     def _trial_usage(self) -> dict[int, tuple[float, float]]:
