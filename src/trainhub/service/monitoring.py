@@ -351,7 +351,7 @@ class MonitoringService:
         self.lost_after_s = lost_after_s
         self.inventory_refresh_s = inventory_refresh_s
         self.decision_latency = LatencyHistogram()
-        self.api_latency: dict[tuple[str, str], LatencyHistogram] = {}
+        self.api_latency: dict[tuple[str, ...], LatencyHistogram] = {}
         self._lock = threading.Lock()
         self._latest: dict[str, NodeSample] = {}
         self._last_seen: dict[str, float] = {}
