@@ -44,6 +44,8 @@ def install_latency_middleware(app: FastAPI, monitoring: MonitoringService) -> N
         response = await call_next(request)
         route = request.scope.get("route")
         template = getattr(route, "path", "unmatched")
+        if request.url.path.startswith("/api/v1/") and not template.startswith("/api/v1"):
+            template = "/api/v1" + template  # routes of the included router lack the prefix
         monitoring.observe_request(request.method, template, time.perf_counter() - started)
         return response
 

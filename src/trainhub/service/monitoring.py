@@ -313,7 +313,7 @@ def gather_cluster_metrics(uow: UnitOfWork, now: float) -> ClusterMetrics:
     queue: dict[str, int] = {}
     oldest: dict[str, float] = {}
     for trial in live:
-        key = (trial.tenant, trial.state.value)
+        key = (trial.tenant, trial.state.value.lower())
         by_state[key] = by_state.get(key, 0) + 1
         if trial.state is TrialState.QUEUED:
             queue[trial.tenant] = queue.get(trial.tenant, 0) + 1
