@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from trainhub.cli import admin, auth, experiments, scheduling, search
+from trainhub.cli import admin, auth, experiments, nodes, scheduling, search
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 from trainhub.core.scheduling.fair_config import FairShareConfig
 
@@ -64,6 +64,7 @@ app.add_typer(admin.tenants_app, name="tenants", rich_help_panel="Administration
 app.add_typer(admin.users_app, name="users", rich_help_panel="Administration")
 app.add_typer(admin.tokens_app, name="tokens", rich_help_panel="Administration")
 app.command(rich_help_panel="Administration")(admin.cluster)
+app.add_typer(nodes.app, name="nodes", rich_help_panel="Administration")
 
 
 server_app = typer.Typer(
