@@ -139,3 +139,18 @@ def test_nodes_show_inventory_and_admins_cordon_drain_uncordon(mapi: Api) -> Non
         headers=mapi.headers(),
     ).json()
     assert [v for _, v in series["points"]] == [71.0]
+
+
+def test_every_metric_of_the_grafana_dashboard_is_exported(mapi: Api) -> None:
+    import json
+    import re
+
+    dashboard = Path(__file__).parents[2] / "deploy" / "grafana" / "trainhub.json"
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"] for t in p["targets"]]
+    names = {n for e in exprs for n in re.findall(r"trainhub_[a-z_]+", e)}
+    assert len(names) >= 12
+    text = mapi.client.get("/metrics", headers=mapi.headers()).text
+    exported = set(re.findall(r"^# TYPE (\S+)", text, re.M))
+    for name in names:
+        base = re.sub(r"_(bucket|count|sum)$", "", name)
+        assert base in exported, name
