@@ -217,3 +217,25 @@ def test_temperatures_reach_the_scheduler(h: LoopHarness, monitor: FakeMonitor) 
     overlay = h.loop.monitoring.node_overlay()
     assert overlay["node-0"] == (True, 91.0)
     assert overlay["node-1"] == (True, None)
+
+
+class SlowInventory(FakeMonitor):
+    """Like the Ray agents: an inventory asked for in one pull is answered in the next."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def inventory(self) -> list[NodeInventory]:
+        self.asked += 1
+        return super().inventory() if self.asked >= 2 else []
+
+
+def test_the_inventory_is_asked_for_until_every_node_has_one(h: LoopHarness) -> None:
+    monitor = SlowInventory()
+    service = MonitoringService(monitor, SqlNodeControlStore(h.engine), h.clock)
+    service.refresh(["node-0"])
+    service.refresh(["node-0"])
+    assert {n.node_id: n.inventory for n in service.nodes()}["node-0"] is not None
+    service.refresh(["node-0"])
+    assert monitor.asked == 2  # not again until the refresh interval has passed

@@ -366,14 +366,19 @@ class MonitoringService:
     def refresh(self, known_nodes: Iterable[str] = ()) -> None:
         """Pull the agents' samples, judge every node's health, record health changes."""
         now = self.clock()
+        known = list(known_nodes)
         samples = self.monitor.collect() if self.monitor is not None else []
-        if self.monitor is not None and now - self._inventory_at >= self.inventory_refresh_s:
+        inventory = None
+        # agents answer one pull later: ask every tick while a node's hardware is unknown
+        missing = any(n not in self._inventory for n in (*known, *self._latest))
+        if self.monitor is not None and (
+            missing or now - self._inventory_at >= self.inventory_refresh_s
+        ):
             inventory = {i.node_id: i for i in self.monitor.inventory()}
-            self._inventory_at = now
-        else:
-            inventory = None
         self.record(samples, inventory)
-        self.judge(now, known_nodes)
+        if inventory is not None and all(n in self._inventory for n in known):
+            self._inventory_at = now
+        self.judge(now, known)
 
     def record(
         self, samples: Sequence[NodeSample], inventory: Mapping[str, NodeInventory] | None = None
