@@ -174,6 +174,15 @@ def server(
             help="Datasets every trial may read (read-only; TRAINHUB_DATA_DIR in trials).",
         ),
     ] = None,
+    monitor_interval_s: Annotated[
+        float,
+        typer.Option(
+            envvar="TRAINHUB_MONITOR_INTERVAL_S",
+            min=0.0,
+            help="Seconds between samples of the node agents (CPU, memory, GPUs); 0 turns "
+            "node monitoring off (docs/monitoring.md).",
+        ),
+    ] = 5.0,
 ) -> None:
     """Run the control plane (API and scheduler) until interrupted.
 
@@ -198,6 +207,7 @@ def server(
         tick_interval_s=tick_interval_s,
         sandbox=sandbox.value,
         data_dir=data_dir.expanduser().resolve() if data_dir else None,
+        monitor_interval_s=monitor_interval_s,
     )
     if home is not None:
         settings = dataclasses.replace(settings, home=home.expanduser().resolve())
