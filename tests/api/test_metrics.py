@@ -154,3 +154,22 @@ def test_every_metric_of_the_grafana_dashboard_is_exported(mapi: Api) -> None:
     for name in names:
         base = re.sub(r"_(bucket|count|sum)$", "", name)
         assert base in exported, name
+
+
+def test_members_see_only_their_own_trials_on_gpus(mapi: Api) -> None:
+    # the fixture's GPU runs trial 1, of tenant default
+    files = {"context": ("context.tar.gz", CONTEXT, "application/gzip")}
+    r = mapi.client.post(
+        "/api/v1/experiments", data={"spec": SPEC}, files=files, headers=mapi.headers()
+    )
+    assert r.json()["trial_ids"] == [1]
+    outsider = mapi.user("eve", "other")
+    insider = mapi.user("bob", "default")
+
+    def trials_seen(token: str) -> list[int]:
+        nodes = mapi.client.get("/api/v1/nodes", headers=mapi.headers(token)).json()["data"]
+        return list(nodes[0]["gpus"][0]["trial_ids"])
+
+    assert trials_seen(mapi.admin_token) == [1]
+    assert trials_seen(insider) == [1]
+    assert trials_seen(outsider) == []

@@ -12,7 +12,7 @@ from trainhub.api.params import errors
 from trainhub.core.errors import Conflict
 from trainhub.service.auth import require_admin
 from trainhub.service.container import Services
-from trainhub.service.monitoring import MonitoringService, NodeStatus
+from trainhub.service.monitoring import MonitoringService, NodeStatus, gather_cluster_metrics
 
 router = APIRouter(tags=["nodes"])
 metrics_router = APIRouter()
@@ -124,8 +124,15 @@ def _known(services: Services) -> list[str]:
 
 @router.get("/nodes", response_model=NodesPublic, responses=errors(409))
 def list_nodes(services: ServicesDep, principal: CurrentPrincipal) -> NodesPublic:
-    """Every node: hardware, health, admin controls and the latest sample of its agent."""
+    """Every node: hardware, health, admin controls and the latest sample of its agent. The
+    trials on each GPU are shown to admins, and to others only where the trial is theirs."""
     nodes = [NodePublic.of(n) for n in _monitoring(services).nodes(_known(services))]
+    if not principal.is_admin:
+        tenants = gather_cluster_metrics(services.uow, services.clock()).trial_tenants
+        visible = {t for t, tenant in tenants.items() if tenant in principal.roles}
+        for node in nodes:
+            for gpu in node.gpus:
+                gpu.trial_ids = [t for t in gpu.trial_ids if t in visible]
     return NodesPublic(data=nodes, count=len(nodes))
 
 
