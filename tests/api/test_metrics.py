@@ -173,3 +173,16 @@ def test_members_see_only_their_own_trials_on_gpus(mapi: Api) -> None:
     assert trials_seen(mapi.admin_token) == [1]
     assert trials_seen(insider) == [1]
     assert trials_seen(outsider) == []
+
+
+def test_a_trial_shows_the_gpus_it_uses_to_whoever_may_see_it(mapi: Api) -> None:
+    files = {"context": ("context.tar.gz", CONTEXT, "application/gzip")}
+    mapi.client.post(
+        "/api/v1/experiments", data={"spec": SPEC}, files=files, headers=mapi.headers()
+    )
+    usage = mapi.client.get("/api/v1/trials/1/gpus", headers=mapi.headers()).json()
+    assert usage["data"][0]["hostname"] == "gpu-a"
+    assert [g["utilization_pct"] for g in usage["data"][0]["gpus"]] == [97.0]
+    outsider = mapi.user("eve", "other")
+    denied = mapi.client.get("/api/v1/trials/1/gpus", headers=mapi.headers(outsider))
+    assert denied.status_code == 404

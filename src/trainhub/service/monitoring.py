@@ -503,6 +503,19 @@ class MonitoringService:
                 )
             return series.points(since, until)
 
+    def trial_usage(self, trial_id: int) -> list[tuple[NodeStatus, tuple[GpuSample, ...]]]:
+        """The nodes a trial's processes were last seen on, each with the GPUs it uses there
+        (the caller checks that the trial may be seen)."""
+        out = []
+        for status in self.nodes():
+            latest = status.latest
+            if latest is None:
+                continue
+            gpus = tuple(g for g in latest.gpus if trial_id in g.trial_ids)
+            if gpus or trial_id in latest.trials:
+                out.append((status, gpus))
+        return out
+
     def health_history(self, node_id: str, limit: int = 50) -> list[tuple[float, bool, str]]:
         return self.controls.health_events(node_id, limit)
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from trainhub.api.deps import CurrentPrincipal, ServicesDep
-from trainhub.api.params import errors
+from trainhub.api.params import TrialId, errors
 from trainhub.core.errors import Conflict
 from trainhub.service.auth import require_admin
 from trainhub.service.container import Services
@@ -108,6 +108,19 @@ class NodeSeriesPublic(BaseModel):
     points: list[tuple[float, float]]
 
 
+class TrialNodeUsagePublic(BaseModel):
+    node_id: str
+    hostname: str | None
+    cpu_pct: float | None = Field(description="CPU % of the trial's processes on the node")
+    memory_gb: float | None = Field(description="Resident memory of those processes")
+    gpus: list[GpuPublic]
+
+
+class TrialUsagePublic(BaseModel):
+    trial_id: int
+    data: list[TrialNodeUsagePublic]
+
+
 class NodeControlBody(BaseModel):
     reason: str = Field("", max_length=500, description="Why, shown in `trainhub nodes`")
 
@@ -134,6 +147,29 @@ def list_nodes(services: ServicesDep, principal: CurrentPrincipal) -> NodesPubli
             for gpu in node.gpus:
                 gpu.trial_ids = [t for t in gpu.trial_ids if t in visible]
     return NodesPublic(data=nodes, count=len(nodes))
+
+
+@router.get("/trials/{trial_id}/gpus", response_model=TrialUsagePublic, responses=errors(404, 409))
+def trial_gpus(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
+) -> TrialUsagePublic:
+    """The GPUs a trial's processes use, with their live utilisation, and its processes' CPU
+    and memory on each node (from the node agents' latest samples)."""
+    services.experiments.get_trial(principal, trial_id)  # 404 unless the caller may see it
+    data = []
+    for status, gpus in _monitoring(services).trial_usage(trial_id):
+        node = NodePublic.of(status)
+        used = status.latest.trials.get(trial_id) if status.latest else None
+        data.append(
+            TrialNodeUsagePublic(
+                node_id=status.node_id,
+                hostname=node.hostname,
+                cpu_pct=used[0] if used else None,
+                memory_gb=used[1] if used else None,
+                gpus=[g for g in node.gpus if g.uuid in {x.uuid for x in gpus}],
+            )
+        )
+    return TrialUsagePublic(trial_id=trial_id, data=data)
 
 
 @router.get(
