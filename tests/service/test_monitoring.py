@@ -101,6 +101,8 @@ def test_series_keeps_raw_points_recently_and_means_further_back() -> None:
     assert {t % 900 for t, _ in older} == {0.0}
     # bounded: 15 min raw + a day of minutes + 2 days of quarter hours
     assert len(series) <= 31 + 1441 + 2 * 96 + 1
+    # and the arrays behind it are compacted, not only skipped over
+    assert len(series.tiers[0].times) <= 2 * len(series.tiers[0]) + 65
 
 
 # ------------------------------------------------------------------ the service and the loop
