@@ -235,8 +235,8 @@ class Series:
 
     Tiers of (bucket width, kept for): raw samples for ``raw_keep_s``, then means per bucket:
     1-minute means for a day, 15-minute means for a week (at one sample per 5 s: ~2,300
-    points, 40 KiB a series measured). Prometheus is the long-term store. A query over any range finds
-    the finest data kept for it.
+    points, 40 KiB a series measured). Prometheus is the long-term store. A query over any
+    range finds the finest data kept for it.
     """
 
     TIERS: tuple[tuple[float, float], ...] = ((60.0, 24 * 3600.0), (900.0, 7 * 24 * 3600.0))
