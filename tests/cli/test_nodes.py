@@ -70,3 +70,10 @@ def test_members_may_not_cordon(cli: Cli, monitored: LiveServer) -> None:
     result = cli("nodes", "cordon", "gpu-07", token=member)
     assert result.exit_code != 0
     assert "admin" in result.output.lower()
+
+
+def test_history_lists_health_changes(cli: Cli, monitored: LiveServer) -> None:
+    result = cli("nodes", "history", "gpu-07")
+    assert result.exit_code == 0, result.output
+    assert "healthy" in result.output
+    assert "2001-09-09 01:46:41" in result.output  # the fake clock's 1e9 + 1

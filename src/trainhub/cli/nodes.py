@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -110,3 +111,24 @@ def drain(node: NodeArg, reason: ReasonOpt = "") -> None:
 def uncordon(node: NodeArg) -> None:
     """Admins: the node takes new trials again (ends a drain too)."""
     _control(node, "uncordon", "")
+
+
+@app.command()
+def history(
+    node: NodeArg,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="How many changes")] = 20,
+) -> None:
+    """The node's health changes, newest first."""
+    with connect() as client:
+        events = client.node_health(node, limit)
+    if not events:
+        out.print("no health change recorded yet")
+        return
+    table = Table(show_edge=False)
+    for column in ("when (UTC)", "health", "why"):
+        table.add_column(column)
+    for event in events:
+        when = datetime.fromtimestamp(event["at"], UTC).strftime("%Y-%m-%d %H:%M:%S")
+        health = Text("healthy", "green") if event["healthy"] else Text("unhealthy", "bold red")
+        table.add_row(when, health, Text(event["reason"]))
+    out.print(table)
