@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from tests.fixtures.api import Api
 from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
 from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
+from trainhub.adapters.monitor.node_store import SqlNodeControlStore
 from trainhub.adapters.optuna_search import OptunaSearch
 from trainhub.adapters.storage import LocalArtifactStore
 from trainhub.api.app import create_app
@@ -25,6 +26,7 @@ from trainhub.service.admin import AdminService
 from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
 from trainhub.service.experiments import ExperimentService
+from trainhub.service.monitoring import MonitoringService, NodeInventory, NodeSample
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
@@ -34,6 +36,28 @@ NODES = [
     Node("node-a", total_gpus=0, total_cpus=8.0, free_gpus=0, free_cpus=8.0),
     Node("node-b", total_gpus=0, total_cpus=4.0, free_gpus=0, free_cpus=4.0),
 ]
+
+
+class AgentsOf:
+    """The node-agent port answered for ``nodes``: one sample each, CPU only."""
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self.nodes = nodes
+
+    def collect(self) -> list[NodeSample]:
+        return [
+            NodeSample(
+                node_id=n.node_id,
+                at=system_clock(),
+                cpu_pct=5.0,
+                memory_used_gb=1.0,
+                memory_total_gb=16.0,
+            )
+            for n in self.nodes
+        ]
+
+    def inventory(self) -> list[NodeInventory]:
+        return []
 
 
 def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> Api:
@@ -48,11 +72,15 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
     steering = SteeringService(
         SqlSearchUnitOfWork(engine), experiments, store, backend, system_clock
     )
+    # and node monitoring, fed by agents that report the two nodes (no Ray here)
+    monitoring = MonitoringService(AgentsOf(NODES), SqlNodeControlStore(engine), system_clock)
+    monitoring.refresh([n.node_id for n in NODES])
     services = Services(
         uow=uow,
         clock=system_clock,
         experiments=experiments,
         steering=steering,
+        monitoring=monitoring,
         tracking=TrackingService(uow, store, system_clock),
         admin=admin,
         usage=UsageService(uow, system_clock),

@@ -60,6 +60,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "name": "vision",
             "tenant": "vision",
             "username": "alice",
+            "node": "node-a",
+            "action": "drain",
         }
         yield World(api, ids, outsiders)
     api.services.uow.engine.dispose()  # type: ignore[attr-defined]
@@ -84,6 +86,7 @@ _BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/users"): {"json": {"username": "intruder", "is_admin": True}},
     ("POST", "/api/v1/tenants"): {"json": {"name": "annex"}},
     ("POST", "/api/v1/templates"): {"data": {"name": "planted", "spec": SPEC, "tenant": "vision"}},
+    ("GET", "/api/v1/nodes/{node}/series"): {"params": {"metric": "cpu_pct"}},
     ("PATCH", "/api/v1/experiments/{experiment_id}/search"): {"json": {"max_trials": 64}},
     ("POST", "/api/v1/experiments/{experiment_id}/clone"): {"json": {"set": {"lr": 0.5}}},
     ("POST", "/api/v1/trials/{trial_id}/clone"): {"json": {"set": {"lr": 0.5}}},
@@ -101,6 +104,10 @@ _LISTINGS = {
     ("GET", "/api/v1/usage"),
     ("GET", "/api/v1/users"),
     ("GET", "/api/v1/templates"),
+    ("GET", "/api/v1/nodes"),  # trial ids on GPUs: only of the caller's tenants
+    # a node is the cluster's, not a tenant's: anyone reads its health, nothing of tenant A
+    ("GET", "/api/v1/nodes/{node}/health"),
+    ("GET", "/api/v1/nodes/{node}/series"),
 }
 # creating routes: refused to non-admins; to a tenant admin of B they touch only B
 _CREATING = {
