@@ -12,6 +12,7 @@ from trainhub.api.guard import FailedAuthLimiter, RequestGuard
 from trainhub.api.routes import admin, experiments, scheduling, search, trials
 from trainhub.core import limits
 from trainhub.service.container import Services
+from trainhub.web.routes import mount_ui
 
 _CHECKPOINT_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/checkpoints/?$")
 # multipart framing around the archive and the spec
@@ -51,6 +52,7 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api.include_router(scheduling.router)
     api.include_router(search.router)
     app.include_router(api)
+    mount_ui(app, services)  # the dashboard, /ui (docs/ui.md)
     app.add_middleware(
         RequestGuard,
         authenticate=services.authenticate,
