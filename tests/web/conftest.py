@@ -57,7 +57,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     engine = api.services.uow.engine  # type: ignore[attr-defined]
     backend = OptunaSearch.for_database(f"sqlite:///{root / 'trainhub.db'}")
     api.services.steering = SteeringService(
-        SqlSearchUnitOfWork(engine), api.services.experiments, api.store, backend, api.services.clock
+        SqlSearchUnitOfWork(engine),
+        api.services.experiments,
+        api.store,
+        backend,
+        api.services.clock,
     )
     server, thread, sock, port = serve(api)
     shots = Path(os.environ.get("TRAINHUB_SCREENSHOTS") or tmp_path_factory.mktemp("screens"))

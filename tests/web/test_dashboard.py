@@ -10,9 +10,9 @@ import pytest
 
 from tests.api.test_auth import submit
 from tests.web.conftest import Site
-from trainhub.service.keys import log_key
-from trainhub.service.auth import new_token
 from trainhub.core.states import TrialState
+from trainhub.service.auth import new_token
+from trainhub.service.keys import log_key
 from trainhub.service.records import TrialUpdate
 from trainhub.service.trial_writes import write_trial
 
@@ -136,3 +136,16 @@ def test_without_a_session_pages_redirect_to_login(site: Site) -> None:
     assert r.headers["location"].startswith("/ui/login")
     bad = site.api.client.get("/ui/login")
     assert "httponly" in bad.headers["set-cookie"].lower()
+
+
+def test_a_wrong_token_is_refused_with_a_message(site: Site) -> None:
+    client = site.api.client
+    form = client.get("/ui/login").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+    assert csrf is not None
+    r = client.post(
+        "/ui/login", data={"token": "th_wrong", "csrf": csrf.group(1)}, follow_redirects=False
+    )
+    assert r.status_code == 401
+    assert 'role="alert"' in r.text
+    assert "trainhub_session" not in r.headers.get("set-cookie", "")

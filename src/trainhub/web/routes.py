@@ -15,7 +15,9 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
 
+from trainhub.api.guard import FailedAuthLimiter
 from trainhub.core.errors import Conflict, NotFound, TrainhubError, Unauthenticated
 from trainhub.core.states import ExperimentState
 from trainhub.service.container import Services
@@ -56,6 +58,7 @@ class _Web:
         self.services = services
         self.sessions = Sessions()
         self.charts = ChartCache(services)
+        self.limiter = FailedAuthLimiter()  # the API's bound on guessing tokens, here too
 
     def session(self, request: Request) -> tuple[Session, Principal]:
         session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
@@ -115,8 +118,6 @@ class _Web:
         sent = form.get("csrf")
         if not isinstance(sent, str) or not secrets.compare_digest(sent, session.csrf):
             return HTMLResponse("the form's CSRF token is wrong: reload the page", 403)
-        from starlette.concurrency import run_in_threadpool
-
         try:
             await run_in_threadpool(act, principal)
         except TrainhubError as exc:
@@ -145,7 +146,7 @@ def _safe_next(target: str | None) -> str:
     return f"{PREFIX}/experiments"
 
 
-def build_router(services: Services) -> APIRouter:  # noqa: C901 - one closure per page
+def build_router(services: Services) -> APIRouter:
     web = _Web(services)
     router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
@@ -174,12 +175,18 @@ def build_router(services: Services) -> APIRouter:  # noqa: C901 - one closure p
             error = "the login form expired: try again"
         elif not isinstance(token, str) or not token.strip():
             error = "paste an API token (trainhub tokens create, or the admin token)"
+        address = request.client.host if request.client else "unknown"
+        status = 401
+        wait_s = web.limiter.retry_after_s(address)
+        if error is None and wait_s is not None:
+            error, status = f"too many failed logins: try again in {wait_s:.0f} s", 429
         if error is None:
             assert isinstance(token, str)
-            from starlette.concurrency import run_in_threadpool
-
             try:
                 principal = await run_in_threadpool(services.authenticate, token.strip())
+            except Unauthenticated as exc:
+                web.limiter.failed(address)
+                error = exc.message
             except TrainhubError as exc:
                 error = exc.message
             else:
@@ -187,14 +194,19 @@ def build_router(services: Services) -> APIRouter:  # noqa: C901 - one closure p
                     error = "this is a trial's token: log in with a user's token"
         if error is not None:
             fresh = secrets.token_urlsafe(32)
-            response = templates.TemplateResponse(
+            refused = templates.TemplateResponse(
                 request,
                 "login.html",
-                {"user": None, "csrf": fresh, "next": _safe_next(str(target or "")), "error": error},
-                status_code=401,
+                {
+                    "user": None,
+                    "csrf": fresh,
+                    "next": _safe_next(str(target or "")),
+                    "error": error,
+                },
+                status_code=status,
             )
-            response.set_cookie(LOGIN_CSRF_COOKIE, fresh, max_age=3600, **_cookie_flags(request))
-            return response
+            refused.set_cookie(LOGIN_CSRF_COOKIE, fresh, max_age=3600, **_cookie_flags(request))
+            return refused
         assert isinstance(token, str)
         sid, _ = web.sessions.open(token.strip())
         response = RedirectResponse(_safe_next(str(target or "")), status_code=303)
@@ -206,14 +218,13 @@ def build_router(services: Services) -> APIRouter:  # noqa: C901 - one closure p
 
     @router.post("/logout")
     async def logout(request: Request) -> Response:
-        async def nothing(principal: Principal) -> None:
-            return None
-
         session = web.sessions.get(request.cookies.get(SESSION_COOKIE))
         form = await request.form()
         sent = form.get("csrf")
-        if session is not None and isinstance(sent, str) and secrets.compare_digest(
-            sent, session.csrf
+        if (
+            session is not None
+            and isinstance(sent, str)
+            and secrets.compare_digest(sent, session.csrf)
         ):
             web.sessions.close(request.cookies.get(SESSION_COOKIE))
         response = RedirectResponse(f"{PREFIX}/login", status_code=303)
