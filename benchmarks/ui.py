@@ -123,12 +123,8 @@ def chart_1m(api: Api, url: str, token: str, points: int) -> dict[str, Any]:
         canvas = "document.querySelector('canvas[data-metric=loss]')"
         for _ in range(5):
             page.goto(f"{url}/ui/trials/{trial_id}")
-            page.wait_for_function(
-                "document.querySelector('canvas[data-metric=loss]')?.dataset.drawn"
-            )
-            drawn = page.evaluate(
-                "document.querySelector('canvas[data-metric=loss]').dataset.drawn"
-            )
+            page.wait_for_function(f"{canvas}?.dataset.drawn")
+            drawn = page.evaluate(f"{canvas}.dataset.drawn")
             draw.append(float(drawn))
         page.screenshot(path=str(Path(tempfile.gettempdir()) / "trainhub-chart-1m.png"))
         browser.close()
