@@ -367,8 +367,15 @@ class SqlRepository:
         state: ExperimentState | None = None,
         limit: int = 50,
         offset: int = 0,
+        *,
+        project: str | None = None,
+        name_contains: str | None = None,
     ) -> tuple[list[Experiment], int]:
         query = select(ExperimentRow)
+        if project:
+            query = query.where(ExperimentRow.project == project)
+        if name_contains:
+            query = query.where(ExperimentRow.name.contains(name_contains, autoescape=True))
         if tenants is not None:
             names = list(tenants)
             query = query.join(TenantRow, TenantRow.id == ExperimentRow.tenant_id).where(
