@@ -149,3 +149,28 @@ def test_a_wrong_token_is_refused_with_a_message(site: Site) -> None:
     assert r.status_code == 401
     assert 'role="alert"' in r.text
     assert "trainhub_session" not in r.headers.get("set-cookie", "")
+
+
+def test_the_experiments_list_filters_by_project_and_name(site: Site) -> None:
+    from fastapi.testclient import TestClient
+
+    api = site.api
+    dave = api.user("dave", "speech")
+    for name, project in (("asr-small", "asr"), ("asr-large", "asr"), ("tts-base", "tts")):
+        spec = f"name: {name}\nproject: {project}\nentrypoint: python train.py\n"
+        assert submit(api, dave, spec).status_code == 201
+    with TestClient(api.client.app) as browserless:
+        form = browserless.get("/ui/login").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+        assert csrf is not None
+        r = browserless.post("/ui/login", data={"token": dave, "csrf": csrf.group(1)})
+        assert r.status_code == 200
+        page = browserless.get("/ui/experiments", params={"project": "asr"}).text
+        assert "asr-small" in page
+        assert "asr-large" in page
+        assert "tts-base" not in page
+        page = browserless.get("/ui/experiments", params={"name": "large"}).text
+        assert "asr-large" in page
+        assert "asr-small" not in page
+        # the %/_ of a LIKE pattern are taken literally
+        assert "No experiments." in browserless.get("/ui/experiments", params={"name": "%"}).text

@@ -237,6 +237,8 @@ def build_router(services: Services) -> APIRouter:
         request: Request,
         state: Annotated[str | None, Query(max_length=32)] = None,
         page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+        project: Annotated[str, Query(max_length=64)] = "",
+        name: Annotated[str, Query(max_length=64)] = "",
     ) -> Response:
         def build(principal: Principal) -> dict[str, Any]:
             chosen = None
@@ -246,7 +248,12 @@ def build_router(services: Services) -> APIRouter:
                 except ValueError as exc:
                     raise NotFound(f"no experiment state {state!r}") from exc
             rows, count = services.experiments.list_experiments(
-                principal, chosen, PAGE_SIZE, (page - 1) * PAGE_SIZE
+                principal,
+                chosen,
+                PAGE_SIZE,
+                (page - 1) * PAGE_SIZE,
+                project=project or None,
+                name_contains=name or None,
             )
             pages = max(1, -(-count // PAGE_SIZE))
             return {
@@ -255,6 +262,9 @@ def build_router(services: Services) -> APIRouter:
                 "page": page,
                 "pages": pages,
                 "state": state or "",
+                "project": project,
+                "name": name,
+                "query": urlencode({"state": state or "", "project": project, "name": name}),
                 "states": [s.value for s in ExperimentState],
             }
 
