@@ -33,6 +33,8 @@ class _Series:
     last_step: int | None = None
     steps: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     values: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
+    # downsampled series by bucket count, until new points arrive
+    drawn: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def extend(self, steps: list[int], rows: list[dict[str, float]]) -> None:
         new_steps = np.asarray(steps, dtype=np.float64)
@@ -47,6 +49,21 @@ class _Series:
             self.values[name] = np.concatenate((old, new))
         self.steps = np.concatenate((self.steps, new_steps))
         self.last_step = steps[-1]
+        self.drawn.clear()
+
+    def downsampled(self, buckets: int) -> dict[str, Any]:
+        metrics = self.drawn.get(buckets)
+        if metrics is None:
+            metrics = {}
+            for name, values in sorted(self.values.items()):
+                present = ~np.isnan(values)
+                if present.all():
+                    xs, ys = minmax_downsample(self.steps, values, buckets)
+                else:
+                    xs, ys = minmax_downsample(self.steps[present], values[present], buckets)
+                metrics[name] = {"x": xs.tolist(), "y": ys.tolist()}
+            self.drawn[buckets] = metrics
+        return metrics
 
 
 class ChartCache:
@@ -81,9 +98,5 @@ class ChartCache:
     ) -> dict[str, Any]:
         """{"points": n, "metrics": {name: {"x": [...], "y": [...]}}}, each downsampled."""
         series = self._refresh(principal, trial_id, attempts)
-        metrics: dict[str, Any] = {}
-        for name, values in sorted(series.values.items()):
-            present = ~np.isnan(values)
-            xs, ys = minmax_downsample(series.steps[present], values[present], buckets)
-            metrics[name] = {"x": xs.tolist(), "y": ys.tolist()}
-        return {"points": int(series.steps.size), "metrics": metrics}
+        with self._lock:
+            return {"points": int(series.steps.size), "metrics": series.downsampled(buckets)}
