@@ -403,7 +403,17 @@ def build_router(services: Services) -> APIRouter:
     @router.get("/usage", response_class=HTMLResponse)
     def usage_page(request: Request) -> Response:
         def build(principal: Principal) -> dict[str, Any]:
-            return {"report": services.usage.report(principal, None, None)}
+            report = services.usage.report(principal, None, None)
+            days = sorted({r.day for r in report.rows})
+            hours: dict[str, dict[str, float]] = {}
+            for r in report.rows:
+                per_day = hours.setdefault(r.tenant, {})
+                per_day[r.day] = per_day.get(r.day, 0.0) + r.slot_hours
+            series = {
+                tenant: {"x": list(range(len(days))), "y": [h.get(d, 0.0) for d in days]}
+                for tenant, h in sorted(hours.items())
+            }
+            return {"report": report, "chart": {"days": days, "series": series}}
 
         return web.page(request, "usage.html", build)
 

@@ -41,7 +41,8 @@ function drawChart(canvas, series, opts) {
     ctx.beginPath(); ctx.moveTo(L, py); ctx.lineTo(w - R, py); ctx.stroke();
     ctx.fillText((log ? Math.pow(10, yv) : yv).toPrecision(3), 4, py + 4);
     const xv = x0 + ((x1 - x0) * i) / 4;
-    ctx.fillText(Math.round(xv).toString(), sx(xv) - 10, h - 8);
+    const label = opts.xLabels ? (opts.xLabels[Math.round(xv)] || "") : Math.round(xv).toString();
+    ctx.fillText(label, sx(xv) - 10, h - 8);
   }
   prepared.forEach((s, k) => {
     ctx.strokeStyle = COLORS[k % COLORS.length]; ctx.lineWidth = 1.2; ctx.beginPath();
@@ -153,4 +154,10 @@ document.addEventListener("DOMContentLoaded", () => {
   const c = document.getElementById("curves"); if (c) curves(c);
   const pre = document.getElementById("log"); if (pre) logs(pre);
   document.querySelectorAll("table.sortable").forEach(sortable);
+  const usage = document.getElementById("usage-chart");
+  if (usage) {
+    const data = JSON.parse(usage.dataset.chart);
+    const series = Object.entries(data.series).map(([name, s]) => ({ name, x: s.x, y: s.y }));
+    drawChart(usage, series, { log: false, smoothing: 0, xLabels: data.days });
+  }
 });
