@@ -42,7 +42,9 @@ function drawChart(canvas, series, opts) {
     ctx.fillText((log ? Math.pow(10, yv) : yv).toPrecision(3), 4, py + 4);
     const xv = x0 + ((x1 - x0) * i) / 4;
     const label = opts.xLabels ? (opts.xLabels[Math.round(xv)] || "") : Math.round(xv).toString();
-    ctx.fillText(label, sx(xv) - 10, h - 8);
+    ctx.textAlign = i === 0 ? "left" : i === 4 ? "right" : "center";
+    ctx.fillText(label, sx(xv), h - 8);
+    ctx.textAlign = "left";
   }
   prepared.forEach((s, k) => {
     ctx.strokeStyle = COLORS[k % COLORS.length]; ctx.lineWidth = 1.2; ctx.beginPath();
