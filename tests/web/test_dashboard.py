@@ -103,6 +103,10 @@ def test_log_in_follow_a_trial_pause_and_resume(browser: Any, site: Site) -> Non
     page.screenshot(path=str(site.screenshots / "queue.png"), full_page=True)
     page.goto(f"{site.url}/ui/usage")
     assert page.get_attribute("#usage-csv", "href") == "/ui/usage.csv"
+    assert page.locator("canvas#usage-chart").count() == 1
+    csv = page.request.get(f"{site.url}/ui/usage.csv")
+    assert csv.status == 200
+    assert csv.text().startswith("day,tenant,user,project,slot_hours")
     page.screenshot(path=str(site.screenshots / "usage.png"), full_page=True)
 
     # a form without the session's CSRF token is refused
