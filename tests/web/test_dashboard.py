@@ -98,6 +98,14 @@ def test_log_in_follow_a_trial_pause_and_resume(browser: Any, site: Site) -> Non
     page.click("form[action$='/resume'] button")
     page.wait_for_url(f"{site.url}/ui/experiments/{experiment_id}")
     assert "QUEUED" in page.inner_text("#trials")
+    # the same from the trial's own page (queued: it parks at once)
+    page.goto(f"{site.url}/ui/trials/{trial_id}")
+    page.click("form[action$='/pause'] button")
+    page.wait_for_url(f"{site.url}/ui/trials/{trial_id}")
+    assert page.inner_text("#trial-state") == "PAUSED"
+    page.click("form[action$='/resume'] button")
+    page.wait_for_url(f"{site.url}/ui/trials/{trial_id}")
+    assert page.inner_text("#trial-state") == "QUEUED"
 
     page.goto(f"{site.url}/ui/queue")
     page.screenshot(path=str(site.screenshots / "queue.png"), full_page=True)

@@ -339,6 +339,37 @@ def build_router(services: Services) -> APIRouter:
 
         router.add_api_route(f"/experiments/{{experiment_id}}/{verb}", make(act), methods=["POST"])
 
+    def _steer_trial(verb: str) -> Callable[[Principal, int], None]:
+        def act(principal: Principal, trial_id: int) -> None:
+            steering = services.steering
+            if steering is None:
+                raise Conflict(
+                    "this control plane runs without search and steering",
+                    "start it with trainhub server",
+                )
+            if verb == "pause":
+                steering.pause_trial(principal, trial_id)
+            elif verb == "resume":
+                steering.resume_trial(principal, trial_id)
+            else:
+                steering.kill_trial(principal, trial_id)
+
+        return act
+
+    for verb in ("pause", "resume", "kill"):
+
+        def make_trial(act: Callable[[Principal, int], None]) -> Callable[..., Any]:
+            async def steer_trial(request: Request, trial_id: int) -> Response:
+                return await web.action(
+                    request, lambda p: act(p, trial_id), f"{PREFIX}/trials/{trial_id}"
+                )
+
+            return steer_trial
+
+        router.add_api_route(
+            f"/trials/{{trial_id}}/{verb}", make_trial(_steer_trial(verb)), methods=["POST"]
+        )
+
     # ----------------------------------------------------------------- trials
     @router.get("/trials/{trial_id}", response_class=HTMLResponse)
     def trial_page(request: Request, trial_id: int) -> Response:
@@ -352,6 +383,7 @@ def build_router(services: Services) -> APIRouter:
                 "checkpoints": detail.checkpoints,
                 "events": detail.events[-50:],
                 "ranks": list(range(len(latest.placement))) if latest else [],
+                "steerable": services.steering is not None,
             }
 
         return web.page(request, "trial.html", build)
