@@ -1,5 +1,5 @@
-"""A control plane (SQLite, steering, no Ray) behind uvicorn, and Debian's Chromium through
-Playwright. Browser tests skip with the reason when either is missing."""
+"""A control plane (SQLite, steering as the server wires it, no Ray) behind uvicorn, and
+Debian's Chromium through Playwright. Browser tests skip with the reason when either is missing."""
 
 from __future__ import annotations
 
@@ -18,9 +18,6 @@ import uvicorn
 
 from tests.api.conftest import build_bounded_api
 from tests.fixtures.api import Api
-from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
-from trainhub.adapters.optuna_search import OptunaSearch
-from trainhub.service.steering import SteeringService
 
 CHROMIUM = os.environ.get("TRAINHUB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -55,14 +52,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     root = tmp_path_factory.mktemp("site")
     api = build_bounded_api(root)
     engine = api.services.uow.engine  # type: ignore[attr-defined]
-    backend = OptunaSearch.for_database(f"sqlite:///{root / 'trainhub.db'}")
-    api.services.steering = SteeringService(
-        SqlSearchUnitOfWork(engine),
-        api.services.experiments,
-        api.store,
-        backend,
-        api.services.clock,
-    )
+    assert api.services.steering is not None  # wired as the server wires it
     server, thread, sock, port = serve(api)
     shots = Path(os.environ.get("TRAINHUB_SCREENSHOTS") or tmp_path_factory.mktemp("screens"))
     try:
@@ -72,7 +62,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         thread.join(10)
         sock.close()
         engine.dispose()
-        backend.storage.engine.dispose()
 
 
 @pytest.fixture(scope="module")
