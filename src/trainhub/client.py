@@ -583,6 +583,24 @@ class TrainhubClient:
         result: JSON = self._json("GET", "/usage", params=_period(since, until))
         return result
 
+    # -- nodes (monitoring) --
+
+    def nodes(self) -> JSON:
+        """Every node: hardware, health, admin controls, latest sample: ``{"data", "count"}``."""
+        result: JSON = self._json("GET", "/nodes")
+        return result
+
+    def node_health(self, node: str, limit: int = 20) -> list[JSON]:
+        """A node's health changes, newest first."""
+        result: list[JSON] = self._json("GET", f"/nodes/{node}/health", params={"limit": limit})
+        return result
+
+    def control_node(self, node: str, action: str, reason: str = "") -> JSON:
+        """Admins: ``cordon`` (no new trials), ``drain`` (cordon and preempt its trials by
+        checkpoint) or ``uncordon`` a node, by id, id prefix or hostname. Returns the node."""
+        result: JSON = self._json("POST", f"/nodes/{node}/{action}", json={"reason": reason})
+        return result
+
     def usage_csv(self, since: float | None = None, until: float | None = None) -> str:
         """The same usage rows as CSV text: ``day,tenant,user,project,slot_hours``."""
         params = {**_period(since, until), "format": "csv"}

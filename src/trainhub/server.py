@@ -21,6 +21,7 @@ from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
 from trainhub.service.control_loop import ControlLoop, LoopConfig
 from trainhub.service.experiments import ExperimentService
+from trainhub.service.monitoring import MonitoringService
 from trainhub.service.search import SearchService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
@@ -55,6 +56,7 @@ class Settings:
     ray_num_gpus: int | None = None
     sandbox: str = "auto"  # auto | bwrap | none: how rank processes are isolated (sandbox.py)
     data_dir: Path | None = None  # datasets every trial may read (TRAINHUB_DATA_DIR, read-only)
+    monitor_interval_s: float = 5.0  # node agents sample this often; 0 turns monitoring off
 
     @property
     def database_url(self) -> str:
@@ -146,6 +148,8 @@ def make_private(settings: Settings) -> None:
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
     from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
+    from trainhub.adapters.monitor.agent import RayNodeMonitor
+    from trainhub.adapters.monitor.node_store import SqlNodeControlStore
     from trainhub.adapters.optuna_search import OptunaSearch
     from trainhub.adapters.ray_executor import RayExecutor, ensure_local_ray
     from trainhub.adapters.sandbox import resolve_mode
@@ -181,7 +185,24 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     search_uow = SqlSearchUnitOfWork(engine)
     backend = OptunaSearch.for_database(settings.database_url)
     search = SearchService(search_uow, backend, store, clock)
-    loop = ControlLoop(uow, executor, store, make_policy(settings), config, clock, hooks=search)
+    monitoring = MonitoringService(
+        RayNodeMonitor(address, executor.namespace, settings.monitor_interval_s)
+        if settings.monitor_interval_s > 0
+        else None,
+        SqlNodeControlStore(engine),
+        clock,
+        lost_after_s=max(30.0, 6 * settings.monitor_interval_s),
+    )
+    loop = ControlLoop(
+        uow,
+        executor,
+        store,
+        make_policy(settings),
+        config,
+        clock,
+        hooks=search,
+        monitoring=monitoring,
+    )
     loop_thread = LoopThread(loop, settings.tick_interval_s)
     admin = AdminService(uow, clock)
     experiments = ExperimentService(
@@ -198,6 +219,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         sandbox=sandbox.value,
         warnings=tuple(warnings),
         steering=SteeringService(search_uow, experiments, store, backend, clock),
+        monitoring=monitoring,
     )
     bootstrap = admin.bootstrap()
     return ControlPlane(

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Awaitable, Callable
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
+from starlette.responses import Response as StarletteResponse
 
 import trainhub
 from trainhub.api.errors import install_error_handlers
 from trainhub.api.guard import FailedAuthLimiter, RequestGuard
-from trainhub.api.routes import admin, experiments, scheduling, search, trials
+from trainhub.api.routes import admin, experiments, monitoring, scheduling, search, trials
 from trainhub.core import limits
 from trainhub.service.container import Services
+from trainhub.service.monitoring import MonitoringService
 from trainhub.web.routes import mount_ui
 
 _CHECKPOINT_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/checkpoints/?$")
@@ -28,6 +32,23 @@ def body_limit(services: Services, method: str, path: str) -> int | None:
     if method == "POST" and path.endswith("/metrics"):
         return limits.MAX_METRICS_BODY_BYTES
     return limits.MAX_JSON_BODY_BYTES
+
+
+def install_latency_middleware(app: FastAPI, monitoring: MonitoringService) -> None:
+    """Time every request by its route template (not its path: ids would explode labels)."""
+
+    @app.middleware("http")
+    async def time_request(
+        request: Request, call_next: Callable[[Request], Awaitable[StarletteResponse]]
+    ) -> StarletteResponse:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        template = getattr(route, "path", "unmatched")
+        if request.url.path.startswith("/api/v1/") and not template.startswith("/api/v1"):
+            template = "/api/v1" + template  # routes of the included router lack the prefix
+        monitoring.observe_request(request.method, template, time.perf_counter() - started)
+        return response
 
 
 def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> FastAPI:
@@ -51,7 +72,11 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api.include_router(admin.router)
     api.include_router(scheduling.router)
     api.include_router(search.router)
+    api.include_router(monitoring.router)
     app.include_router(api)
+    app.include_router(monitoring.metrics_router)
+    if services.monitoring is not None:
+        install_latency_middleware(app, services.monitoring)
     mount_ui(app, services)  # the dashboard, /ui (docs/ui.md)
     app.add_middleware(
         RequestGuard,

@@ -87,6 +87,40 @@ def _change_key(trial: JSON) -> tuple[object, ...]:
     return (trial["state"], trial.get("pending_reason"), trial["num_attempts"], tenth)
 
 
+class ChiefOutput:
+    """The chief rank's (rank 0's) output, read on from where the last poll stopped; a new
+    attempt (after a restart or a preemption) is read from its beginning."""
+
+    def __init__(self, client: TrainhubClient, trial_id: int) -> None:
+        self.client = client
+        self.trial_id = trial_id
+        self.attempt = 0
+        self.offset = 0
+
+    def read(self, trial: JSON) -> list[Text]:
+        """The lines written since the last call (the latest attempt's, then on)."""
+        latest = max((a["number"] for a in trial.get("attempts") or []), default=0)
+        if latest == 0:
+            return []
+        out: list[Text] = []
+        if latest != self.attempt:
+            if self.attempt:  # what the previous attempt wrote last, before moving on
+                out += self._drain()
+                out.append(Text(f"--- attempt {latest} ---", style="dim"))
+            self.attempt, self.offset = latest, 0
+        return out + self._drain()
+
+    def _drain(self, max_rounds: int = 16) -> list[Text]:
+        lines: list[Text] = []
+        for _ in range(max_rounds):
+            chunk = self.client.read_logs(self.trial_id, 0, self.attempt, self.offset)
+            if chunk["next_offset"] <= self.offset:
+                break
+            self.offset = chunk["next_offset"]
+            lines += [Text(line) for line in chunk["text"].splitlines()]
+        return lines
+
+
 def follow_trial(
     client: TrainhubClient,
     trial_id: int,
@@ -95,6 +129,7 @@ def follow_trial(
     poll_interval_s: float = 1.0,
     live: bool | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    output: bool = True,
 ) -> JSON:
     """Show the trial until it ends and return its final details.
 
@@ -106,14 +141,24 @@ def follow_trial(
         live: redraw in place (Rich Live); default: when ``console`` is a terminal. Otherwise
             a line is printed whenever the state or the pending reason changes.
         sleep: how to wait between polls (tests pass a fake).
+        output: show the chief rank's output as it is written (above the live view, or
+            between the change lines).
     """
     use_live = console.is_terminal if live is None else live
+    chief = ChiefOutput(client, trial_id) if output else None
+
+    def print_output(trial: JSON) -> None:
+        for line in chief.read(trial) if chief is not None else ():
+            console.print(line, highlight=False, markup=False)
+
     trial = client.get_trial(trial_id)
     if use_live:
         with Live(live_view(trial), console=console, refresh_per_second=4, transient=True) as view:
+            print_output(trial)
             while trial["state"] not in TERMINAL_STATES:
                 sleep(poll_interval_s)
                 trial = client.get_trial(trial_id)
+                print_output(trial)  # printed above the live view, which stays at the bottom
                 view.update(live_view(trial), refresh=True)
     else:
         last: tuple[object, ...] | None = None
@@ -122,6 +167,7 @@ def follow_trial(
             if key != last and trial["state"] not in TERMINAL_STATES:
                 console.print(_change_line(trial))
                 last = key
+            print_output(trial)
             if trial["state"] in TERMINAL_STATES:
                 break
             sleep(poll_interval_s)

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from trainhub.cli import admin, auth, experiments, scheduling, search
+from trainhub.cli import admin, auth, experiments, nodes, scheduling, search
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 from trainhub.core.scheduling.fair_config import FairShareConfig
 
@@ -64,6 +64,7 @@ app.add_typer(admin.tenants_app, name="tenants", rich_help_panel="Administration
 app.add_typer(admin.users_app, name="users", rich_help_panel="Administration")
 app.add_typer(admin.tokens_app, name="tokens", rich_help_panel="Administration")
 app.command(rich_help_panel="Administration")(admin.cluster)
+app.add_typer(nodes.app, name="nodes", rich_help_panel="Administration")
 
 
 server_app = typer.Typer(
@@ -173,6 +174,15 @@ def server(
             help="Datasets every trial may read (read-only; TRAINHUB_DATA_DIR in trials).",
         ),
     ] = None,
+    monitor_interval_s: Annotated[
+        float,
+        typer.Option(
+            envvar="TRAINHUB_MONITOR_INTERVAL_S",
+            min=0.0,
+            help="Seconds between samples of the node agents (CPU, memory, GPUs); 0 turns "
+            "node monitoring off (docs/monitoring.md).",
+        ),
+    ] = 5.0,
 ) -> None:
     """Run the control plane (API and scheduler) until interrupted.
 
@@ -197,6 +207,7 @@ def server(
         tick_interval_s=tick_interval_s,
         sandbox=sandbox.value,
         data_dir=data_dir.expanduser().resolve() if data_dir else None,
+        monitor_interval_s=monitor_interval_s,
     )
     if home is not None:
         settings = dataclasses.replace(settings, home=home.expanduser().resolve())

@@ -9,6 +9,7 @@ from trainhub.core.resources import Node
 from trainhub.service.admin import AdminService, authenticate_with
 from trainhub.service.clock import Clock
 from trainhub.service.experiments import ExperimentService
+from trainhub.service.monitoring import MonitoringService
 from trainhub.service.ports import Principal
 from trainhub.service.repository import UnitOfWork
 from trainhub.service.steering import SteeringService
@@ -28,6 +29,7 @@ class Services:
     sandbox: str = "none"  # how rank processes are isolated: bwrap | none
     warnings: tuple[str, ...] = ()  # what an admin must know about this deployment
     steering: SteeringService | None = None  # searches, pause/resume, clone (api/routes/search)
+    monitoring: MonitoringService | None = None  # nodes, health, /metrics (api/routes/monitoring)
 
     def authenticate(self, secret: str | None) -> Principal:
         return authenticate_with(self.uow, self.clock, secret)

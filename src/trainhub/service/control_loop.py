@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +44,7 @@ from trainhub.service.auth import new_token
 from trainhub.service.clock import Clock
 from trainhub.service.experiments import refresh_experiment_state
 from trainhub.service.keys import attempt_key, log_key
+from trainhub.service.monitoring import MonitoringService
 from trainhub.service.ports import ArtifactStore, AttemptLaunch, AttemptStatus, Executor
 from trainhub.service.records import KEEP, Attempt, AttemptUpdate, Trial, TrialUpdate
 from trainhub.service.repository import Repository, UnitOfWork
@@ -109,8 +111,10 @@ class ControlLoop:
         config: LoopConfig,
         clock: Clock,
         hooks: TrialHooks | None = None,
+        monitoring: MonitoringService | None = None,
     ) -> None:
         self.uow = uow
+        self.monitoring = monitoring  # node health, temperatures, cordon/drain (service/monitoring)
         self.hooks = hooks  # searches: pruning, pausing, warm starts (service/search.py)
         self.executor = executor
         self.store = store
@@ -149,8 +153,28 @@ class ControlLoop:
                 report.ended.append(trial.id)
         if self.hooks is not None:
             self.hooks.tick()
+        if self.monitoring is not None:
+            self._watch_nodes(active, attempts)
         self._schedule(report)
         return report
+
+    def _watch_nodes(self, active: Sequence[Trial], attempts: Mapping[int, Attempt]) -> None:
+        """Refresh node health; preempt (by checkpoint) the trials of draining nodes."""
+        assert self.monitoring is not None
+        try:
+            self.monitoring.refresh([n.node_id for n in self.executor.cluster_nodes()])
+        except Exception:  # monitoring must never stop scheduling; the rules see the silence
+            log.exception("monitoring refresh failed")
+        draining = self.monitoring.draining_nodes()
+        if not draining:
+            return
+        for trial in active:
+            attempt = attempts.get(trial.id)
+            if attempt is None or trial.state not in (TrialState.RUNNING, TrialState.SCHEDULED):
+                continue
+            nodes = draining.intersection(attempt.placement)
+            if nodes:
+                self._preempt(Preempt(trial.id, f"node {min(nodes)[:12]} is draining"))
 
     # ---------------------------------------------------------------- observing
     def _observe(self, trial: Trial, attempt: Attempt | None) -> Verdict:
@@ -356,12 +380,21 @@ class ControlLoop:
             active = repo.trials_in_states(ACTIVE_STATES)
             self._load_specs(repo, [*queued, *active])
             snapshot = self.view.snapshot(
-                repo, queued, active, self._specs, self.executor.cluster_nodes, now
+                repo,
+                queued,
+                active,
+                self._specs,
+                self.executor.cluster_nodes,
+                now,
+                self.monitoring.node_overlay() if self.monitoring is not None else None,
             )
         if snapshot is None:
             return
         by_id = {t.id: t for t in queued}
+        started_at = time.perf_counter()
         decisions = list(self.policy.decide(snapshot))
+        if self.monitoring is not None:
+            self.monitoring.observe_decision(time.perf_counter() - started_at)
         # preempt first: the victims' checkpoints start while the rest is carried out
         for decision in decisions:
             if isinstance(decision, Preempt):

@@ -14,6 +14,7 @@ runtime). Nodes come from the executor; free capacity is counted by the builder'
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from trainhub.core.fairshare import DecayedUsage
 from trainhub.core.resources import Node, ResourceRequest
@@ -67,6 +68,22 @@ def trial_facts(
         attempt_started_at=attempt_started_at,
         last_checkpoint_at=last_checkpoint,
         checkpoint_every_s=interval,
+    )
+
+
+def with_overlay(
+    facts: NodeFacts, overlay: Mapping[str, tuple[bool, float | None]] | None
+) -> NodeFacts:
+    """A node as the monitor sees it: one that may not take new trials counts as not alive
+    to the policy (trials running there keep running), and its GPU temperature is measured."""
+    seen = overlay.get(facts.node_id) if overlay else None
+    if seen is None:
+        return facts
+    schedulable, temperature_c = seen
+    return replace(
+        facts,
+        alive=facts.alive and schedulable,
+        gpu_temperature_c=temperature_c if temperature_c is not None else facts.gpu_temperature_c,
     )
 
 
@@ -131,8 +148,13 @@ class SchedulingView:
         specs: Mapping[int, ExperimentSpec],
         cluster_nodes: Callable[[], list[Node]],
         now: float,
+        node_overlay: Mapping[str, tuple[bool, float | None]] | None = None,
     ) -> Snapshot | None:
-        """The policy's snapshot now; None when nothing waits."""
+        """The policy's snapshot now; None when nothing waits.
+
+        ``node_overlay`` (from the monitoring service): per node, whether it may take new
+        trials (healthy, not cordoned) and its hottest GPU's temperature.
+        """
         tenant_usage = dict(self.usage) if self.usage.initialized else {}
         if not queued:
             return None
@@ -187,5 +209,5 @@ class SchedulingView:
             t.name: TenantShare(t.guaranteed_slots, t.limit_slots, t.weight)
             for t in repo.list_tenants()
         }
-        nodes = [NodeFacts.of(n) for n in cluster_nodes()]
+        nodes = [with_overlay(NodeFacts.of(n), node_overlay) for n in cluster_nodes()]
         return self.builder.build(now, facts, nodes, tenants, tenant_usage)

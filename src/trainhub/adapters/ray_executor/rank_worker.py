@@ -296,7 +296,10 @@ class RankWorker:
             *spec.denied,
             str(node_work_root(spec.node_work_dir)),
             str(checkpoints.parent),
-            tempfile.gettempdir(),
+            # Ray's folders in the temp dir (sessions, sockets, logs); not the temp dir as a
+            # whole: a Python environment may live under it (a CI checkout in /tmp)
+            *(str(p) for p in Path(tempfile.gettempdir()).glob("trainhub-ray-*")),
+            str(Path(tempfile.gettempdir()) / "ray"),
             str(Path.home() / ".ray"),
         ]
         mounts = [sandbox.Mount(p, p) for p in sandbox.safe_mounts(python, denied)]
