@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml constraints.txt
 	@# util-linux when the server runs as root): say whether it works on this machine
 	@$(BIN)/python -c "from trainhub.adapters.sandbox import bwrap_problem as p; \
 		print('trial sandbox:', p() or 'bwrap works')"
+	@# the browser tests and benchmarks/ui.py drive Debian's chromium through Playwright
+	@# (Playwright's own browser download cannot reach the internet)
+	@command -v chromium >/dev/null || \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
+		else echo "chromium is missing: run 'sudo apt-get install -y chromium' (browser tests skip without it)"; fi
 	@touch $@
 
 demo: setup

@@ -74,6 +74,10 @@ def main() -> int:
         wait_healthy(url, server, log)
         print(f"ready in {time.monotonic() - started:.1f} s; server log: {log}")
         token = (HOME / "admin-token").read_text().strip()
+        print(
+            f"dashboard: {url}/ui (log in with the admin token in {HOME / 'admin-token'}); "
+            "the demo trial shows up there live while it runs"
+        )
         env = dict(os.environ, TRAINHUB_URL=url, TRAINHUB_TOKEN=token)
         say("submitting examples/mnist (LeNet-5 on digits, 2 workers, gloo)")
         spec = REPO / "examples" / "mnist" / "experiment.yaml"
@@ -97,6 +101,7 @@ def main() -> int:
         print(f"\nvalidation accuracy {accuracy:.4f} {verdict} the target {TARGET_ACCURACY}")
         say("where to look next")
         print(
+            f"  dashboard:          {url}/ui/trials/{trial_id} (while a server runs)\n"
             f"  API and its docs:   {url}/api/v1/docs (OpenAPI: {url}/api/v1/openapi.json)\n"
             f"  run it yourself:    trainhub server   (prints the admin token on first start)\n"
             f"  then, with TRAINHUB_URL and TRAINHUB_TOKEN set (or `trainhub login`):\n"

@@ -260,6 +260,7 @@ def serve(settings: Settings) -> None:
         f"artifacts {settings.storage_root}, Ray {plane.ray_address}, sandbox {plane.sandbox})",
         flush=True,
     )
+    print(f"dashboard: {settings.api_url}/ui (log in with an API token)", flush=True)
     for warning in plane.warnings:
         print(f"WARNING: {warning}", flush=True)
     write_pid_file(settings.home)

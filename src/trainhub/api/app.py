@@ -16,6 +16,7 @@ from trainhub.api.routes import admin, experiments, monitoring, scheduling, sear
 from trainhub.core import limits
 from trainhub.service.container import Services
 from trainhub.service.monitoring import MonitoringService
+from trainhub.web.routes import mount_ui
 
 _CHECKPOINT_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/checkpoints/?$")
 # multipart framing around the archive and the spec
@@ -76,6 +77,7 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     app.include_router(monitoring.metrics_router)
     if services.monitoring is not None:
         install_latency_middleware(app, services.monitoring)
+    mount_ui(app, services)  # the dashboard, /ui (docs/ui.md)
     app.add_middleware(
         RequestGuard,
         authenticate=services.authenticate,

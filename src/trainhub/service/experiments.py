@@ -220,10 +220,20 @@ class ExperimentService:
         state: ExperimentState | None = None,
         limit: int = 50,
         offset: int = 0,
+        *,
+        project: str | None = None,
+        name_contains: str | None = None,
     ) -> tuple[list[Experiment], int]:
         require_user(principal)
         with self.uow() as repo:
-            return repo.list_experiments(visible_tenants(principal), state, limit, offset)
+            return repo.list_experiments(
+                visible_tenants(principal),
+                state,
+                limit,
+                offset,
+                project=project,
+                name_contains=name_contains,
+            )
 
     def get(self, principal: Principal, experiment_id: int) -> ExperimentDetail:
         require_user(principal)

@@ -94,6 +94,9 @@ class ExperimentStore(Protocol):
         state: ExperimentState | None = None,
         limit: int = 50,
         offset: int = 0,
+        *,
+        project: str | None = None,
+        name_contains: str | None = None,
     ) -> tuple[list[Experiment], int]: ...
     def set_experiment_state(
         self, experiment_id: int, state: ExperimentState, ended_at: float | None

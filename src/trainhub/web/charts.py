@@ -1,0 +1,102 @@
+"""Chart data of a trial's metrics: every point kept in memory per trial, downsampled per request.
+
+Reading a million metric rows from the database takes seconds; a chart that follows a live
+trial asks every few seconds. So the series of recently viewed trials stay in memory as numpy
+arrays, and each request reads only the rows after the last step seen (through the tracking
+service, which also checks that the caller may read the trial). A new attempt may report
+steps again (resuming from a checkpoint), so the series is read afresh when the number of
+attempts changed.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from trainhub.core.downsample import DEFAULT_BUCKETS, minmax_downsample
+from trainhub.service.container import Services
+from trainhub.service.ports import Principal
+
+_READ_ROWS = 100_000
+_CACHED_TRIALS = 16
+
+
+@dataclass
+class _Series:
+    attempts: int
+    last_step: int | None = None
+    steps: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    values: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
+    # downsampled series by bucket count, until new points arrive
+    drawn: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def extend(self, steps: list[int], rows: list[dict[str, float]]) -> None:
+        new_steps = np.asarray(steps, dtype=np.float64)
+        names = set(self.values).union(*(r.keys() for r in rows))
+        for name in names:
+            old = self.values.get(name)
+            if old is None:
+                old = np.full(self.steps.size, math.nan)
+            new = np.fromiter(
+                (r.get(name, math.nan) for r in rows), dtype=np.float64, count=len(rows)
+            )
+            self.values[name] = np.concatenate((old, new))
+        self.steps = np.concatenate((self.steps, new_steps))
+        self.last_step = steps[-1]
+        self.drawn.clear()
+
+    def downsampled(self, buckets: int) -> dict[str, Any]:
+        metrics = self.drawn.get(buckets)
+        if metrics is None:
+            metrics = {}
+            for name, values in sorted(self.values.items()):
+                present = ~np.isnan(values)
+                if present.all():
+                    xs, ys = minmax_downsample(self.steps, values, buckets)
+                else:
+                    xs, ys = minmax_downsample(self.steps[present], values[present], buckets)
+                metrics[name] = {"x": xs.tolist(), "y": ys.tolist()}
+            self.drawn[buckets] = metrics
+        return metrics
+
+
+class ChartCache:
+    def __init__(self, services: Services, max_trials: int = _CACHED_TRIALS) -> None:
+        self.services = services
+        self.max_trials = max_trials
+        self._series: OrderedDict[int, _Series] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _refresh(self, principal: Principal, trial_id: int, attempts: int) -> _Series:
+        with self._lock:
+            series = self._series.get(trial_id)
+            if series is None or series.attempts != attempts:
+                series = _Series(attempts)
+            self._series[trial_id] = series
+            self._series.move_to_end(trial_id)
+            while len(self._series) > self.max_trials:
+                self._series.popitem(last=False)
+            while True:
+                # checks the caller may read the trial, every time
+                points = self.services.tracking.list_metrics(
+                    principal, trial_id, series.last_step, _READ_ROWS
+                )
+                if not points:
+                    return series
+                series.extend([p.step for p in points], [p.values for p in points])
+                if len(points) < _READ_ROWS:
+                    return series
+
+    def chart(
+        self, principal: Principal, trial_id: int, attempts: int, buckets: int = DEFAULT_BUCKETS
+    ) -> dict[str, Any]:
+        """{"points": n, "metrics": {name: {"x": [...], "y": [...]}}}, each downsampled."""
+        series = self._refresh(principal, trial_id, attempts)
+        with self._lock:
+            return {"points": int(series.steps.size), "metrics": series.downsampled(buckets)}

@@ -1,0 +1,476 @@
+"""The dashboard's pages (HTML) and the JSON their script polls for live updates."""
+
+from __future__ import annotations
+
+import csv
+import io
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
+
+from trainhub.api.guard import FailedAuthLimiter
+from trainhub.core.errors import Conflict, NotFound, TrainhubError, Unauthenticated
+from trainhub.core.states import ExperimentState
+from trainhub.service.container import Services
+from trainhub.service.ports import Principal
+from trainhub.web.charts import ChartCache
+from trainhub.web.sessions import LOGIN_CSRF_COOKIE, SESSION_COOKIE, Session, Sessions
+
+PREFIX = "/ui"
+PAGE_SIZE = 50
+_HERE = Path(__file__).parent
+_T = TypeVar("_T")
+
+templates = Jinja2Templates(directory=str(_HERE / "templates"))
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else ""
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+templates.env.filters["when"] = _when
+templates.env.filters["num"] = _num
+
+
+class _LoginNeeded(Exception):
+    pass
+
+
+class _Web:
+    """What the routes share: the services, the sessions, the chart cache."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.sessions = Sessions()
+        self.charts = ChartCache(services)
+        self.limiter = FailedAuthLimiter()  # the API's bound on guessing tokens, here too
+
+    def session(self, request: Request) -> tuple[Session, Principal]:
+        session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
+        if session is None:
+            raise _LoginNeeded
+        try:
+            principal = self.services.authenticate(session.secret)
+        except Unauthenticated as exc:  # revoked or expired since the login
+            self.sessions.close(request.cookies.get(SESSION_COOKIE))
+            raise _LoginNeeded from exc
+        return session, principal
+
+    def page(
+        self,
+        request: Request,
+        template: str,
+        build: Callable[[Principal], dict[str, Any]],
+    ) -> Response:
+        try:
+            session, principal = self.session(request)
+        except _LoginNeeded:
+            return RedirectResponse(
+                f"{PREFIX}/login?{urlencode({'next': request.url.path})}", status_code=303
+            )
+        try:
+            context = build(principal)
+        except TrainhubError as exc:
+            return templates.TemplateResponse(
+                request,
+                "error.html",
+                {"user": principal, "csrf": session.csrf, "error": exc},
+                status_code=exc.status_code,
+            )
+        return templates.TemplateResponse(
+            request, template, {"user": principal, "csrf": session.csrf, **context}
+        )
+
+    def data(self, request: Request, build: Callable[[Principal], _T]) -> Response:
+        try:
+            _, principal = self.session(request)
+        except _LoginNeeded:
+            return JSONResponse({"code": "unauthenticated", "message": "log in"}, 401)
+        try:
+            return JSONResponse(build(principal))
+        except TrainhubError as exc:
+            return JSONResponse({"code": exc.code, "message": exc.message}, exc.status_code)
+
+    async def action(
+        self, request: Request, act: Callable[[Principal], None], back: str
+    ) -> Response:
+        """A form POST: checks the session's CSRF token, runs ``act``, redirects to ``back``."""
+        try:
+            session, principal = self.session(request)
+        except _LoginNeeded:
+            return RedirectResponse(f"{PREFIX}/login", status_code=303)
+        form = await request.form()
+        sent = form.get("csrf")
+        if not isinstance(sent, str) or not secrets.compare_digest(sent, session.csrf):
+            return HTMLResponse("the form's CSRF token is wrong: reload the page", 403)
+        try:
+            await run_in_threadpool(act, principal)
+        except TrainhubError as exc:
+            return templates.TemplateResponse(
+                request,
+                "error.html",
+                {"user": principal, "csrf": session.csrf, "error": exc},
+                status_code=exc.status_code,
+            )
+        return RedirectResponse(back, status_code=303)
+
+
+def _cookie_flags(request: Request) -> dict[str, Any]:
+    return {
+        "httponly": True,
+        "samesite": "strict",
+        "secure": request.url.scheme == "https",
+        "path": PREFIX,
+    }
+
+
+def _safe_next(target: str | None) -> str:
+    # only paths of the dashboard itself: no open redirect
+    if target and target.startswith(PREFIX + "/") and not target.startswith("//"):
+        return target
+    return f"{PREFIX}/experiments"
+
+
+def build_router(services: Services) -> APIRouter:
+    web = _Web(services)
+    router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+    @router.get("", response_class=HTMLResponse)
+    @router.get("/", response_class=HTMLResponse)
+    def home() -> Response:
+        return RedirectResponse(f"{PREFIX}/experiments", status_code=303)
+
+    # ------------------------------------------------------------------ login
+    @router.get("/login", response_class=HTMLResponse)
+    def login_form(request: Request, next: str | None = None) -> Response:
+        csrf = secrets.token_urlsafe(32)
+        response = templates.TemplateResponse(
+            request, "login.html", {"user": None, "csrf": csrf, "next": _safe_next(next)}
+        )
+        response.set_cookie(LOGIN_CSRF_COOKIE, csrf, max_age=3600, **_cookie_flags(request))
+        return response
+
+    @router.post("/login", response_class=HTMLResponse)
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        token, csrf, target = form.get("token"), form.get("csrf"), form.get("next")
+        expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+        error = None
+        if not isinstance(csrf, str) or not expected or not secrets.compare_digest(csrf, expected):
+            error = "the login form expired: try again"
+        elif not isinstance(token, str) or not token.strip():
+            error = "paste an API token (trainhub tokens create, or the admin token)"
+        address = request.client.host if request.client else "unknown"
+        status = 401
+        wait_s = web.limiter.retry_after_s(address)
+        if error is None and wait_s is not None:
+            error, status = f"too many failed logins: try again in {wait_s:.0f} s", 429
+        if error is None:
+            assert isinstance(token, str)
+            try:
+                principal = await run_in_threadpool(services.authenticate, token.strip())
+            except Unauthenticated as exc:
+                web.limiter.failed(address)
+                error = exc.message
+            except TrainhubError as exc:
+                error = exc.message
+            else:
+                if principal.user_id is None and not principal.is_admin:
+                    error = "this is a trial's token: log in with a user's token"
+        if error is not None:
+            fresh = secrets.token_urlsafe(32)
+            refused = templates.TemplateResponse(
+                request,
+                "login.html",
+                {
+                    "user": None,
+                    "csrf": fresh,
+                    "next": _safe_next(str(target or "")),
+                    "error": error,
+                },
+                status_code=status,
+            )
+            refused.set_cookie(LOGIN_CSRF_COOKIE, fresh, max_age=3600, **_cookie_flags(request))
+            return refused
+        assert isinstance(token, str)
+        sid, _ = web.sessions.open(token.strip())
+        response = RedirectResponse(_safe_next(str(target or "")), status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE, sid, max_age=int(web.sessions.ttl_s), **_cookie_flags(request)
+        )
+        response.delete_cookie(LOGIN_CSRF_COOKIE, path=PREFIX)
+        return response
+
+    @router.post("/logout")
+    async def logout(request: Request) -> Response:
+        session = web.sessions.get(request.cookies.get(SESSION_COOKIE))
+        form = await request.form()
+        sent = form.get("csrf")
+        if (
+            session is not None
+            and isinstance(sent, str)
+            and secrets.compare_digest(sent, session.csrf)
+        ):
+            web.sessions.close(request.cookies.get(SESSION_COOKIE))
+        response = RedirectResponse(f"{PREFIX}/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path=PREFIX)
+        return response
+
+    # ------------------------------------------------------------ experiments
+    @router.get("/experiments", response_class=HTMLResponse)
+    def experiments_page(
+        request: Request,
+        state: Annotated[str | None, Query(max_length=32)] = None,
+        page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+        project: Annotated[str, Query(max_length=64)] = "",
+        name: Annotated[str, Query(max_length=64)] = "",
+    ) -> Response:
+        def build(principal: Principal) -> dict[str, Any]:
+            chosen = None
+            if state:
+                try:
+                    chosen = ExperimentState(state)
+                except ValueError as exc:
+                    raise NotFound(f"no experiment state {state!r}") from exc
+            rows, count = services.experiments.list_experiments(
+                principal,
+                chosen,
+                PAGE_SIZE,
+                (page - 1) * PAGE_SIZE,
+                project=project or None,
+                name_contains=name or None,
+            )
+            pages = max(1, -(-count // PAGE_SIZE))
+            return {
+                "experiments": rows,
+                "count": count,
+                "page": page,
+                "pages": pages,
+                "state": state or "",
+                "project": project,
+                "name": name,
+                "query": urlencode({"state": state or "", "project": project, "name": name}),
+                "states": [s.value for s in ExperimentState],
+            }
+
+        return web.page(request, "experiments.html", build)
+
+    @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
+    def experiment_page(request: Request, experiment_id: int) -> Response:
+        def build(principal: Principal) -> dict[str, Any]:
+            detail = services.experiments.get(principal, experiment_id)
+            metric, mode, best = None, "min", {}
+            if services.steering is not None:
+                progress = services.steering.progress(principal, experiment_id)
+                metric, mode = progress.metric, progress.mode
+                best = {r.trial.id: r.metric for r in progress.results}
+            hparam_names = sorted({k for t in detail.trials for k in t.hparams})
+            return {
+                "experiment": detail.experiment,
+                "trials": detail.trials,
+                "metric": metric,
+                "mode": mode,
+                "best": best,
+                "hparam_names": hparam_names,
+                "steerable": services.steering is not None,
+            }
+
+        return web.page(request, "experiment.html", build)
+
+    @router.get("/experiments/{experiment_id}/curves.json")
+    def experiment_curves(request: Request, experiment_id: int, metric: str = "") -> Response:
+        def build(principal: Principal) -> dict[str, Any]:
+            detail = services.experiments.get(principal, experiment_id)
+            curves = {}
+            for trial in detail.trials[:50]:
+                chart = web.charts.chart(principal, trial.id, trial.num_attempts, buckets=500)
+                names = list(chart["metrics"])
+                name = metric if metric in chart["metrics"] else (names[0] if names else None)
+                if name is not None:
+                    curves[f"trial {trial.id}"] = chart["metrics"][name]
+            return {"metric": metric, "series": curves}
+
+        return web.data(request, build)
+
+    def _steer(verb: str) -> Callable[[Principal, int], None]:
+        def act(principal: Principal, experiment_id: int) -> None:
+            steering = services.steering
+            if steering is None:
+                raise Conflict(
+                    "this control plane runs without search and steering",
+                    "start it with trainhub server",
+                )
+            if verb == "pause":
+                steering.pause_experiment(principal, experiment_id)
+            elif verb == "resume":
+                steering.resume_experiment(principal, experiment_id)
+            else:
+                steering.kill_experiment(principal, experiment_id)
+
+        return act
+
+    for verb in ("pause", "resume", "kill"):
+        act = _steer(verb)
+
+        def make(act: Callable[[Principal, int], None]) -> Callable[..., Any]:
+            async def steer(request: Request, experiment_id: int) -> Response:
+                return await web.action(
+                    request,
+                    lambda p: act(p, experiment_id),
+                    f"{PREFIX}/experiments/{experiment_id}",
+                )
+
+            return steer
+
+        router.add_api_route(f"/experiments/{{experiment_id}}/{verb}", make(act), methods=["POST"])
+
+    def _steer_trial(verb: str) -> Callable[[Principal, int], None]:
+        def act(principal: Principal, trial_id: int) -> None:
+            steering = services.steering
+            if steering is None:
+                raise Conflict(
+                    "this control plane runs without search and steering",
+                    "start it with trainhub server",
+                )
+            if verb == "pause":
+                steering.pause_trial(principal, trial_id)
+            elif verb == "resume":
+                steering.resume_trial(principal, trial_id)
+            else:
+                steering.kill_trial(principal, trial_id)
+
+        return act
+
+    for verb in ("pause", "resume", "kill"):
+
+        def make_trial(act: Callable[[Principal, int], None]) -> Callable[..., Any]:
+            async def steer_trial(request: Request, trial_id: int) -> Response:
+                return await web.action(
+                    request, lambda p: act(p, trial_id), f"{PREFIX}/trials/{trial_id}"
+                )
+
+            return steer_trial
+
+        router.add_api_route(
+            f"/trials/{{trial_id}}/{verb}", make_trial(_steer_trial(verb)), methods=["POST"]
+        )
+
+    # ----------------------------------------------------------------- trials
+    @router.get("/trials/{trial_id}", response_class=HTMLResponse)
+    def trial_page(request: Request, trial_id: int) -> Response:
+        def build(principal: Principal) -> dict[str, Any]:
+            detail = services.experiments.get_trial(principal, trial_id)
+            latest = detail.attempts[-1] if detail.attempts else None
+            return {
+                "trial": detail.trial,
+                "experiment": detail.experiment,
+                "attempts": detail.attempts,
+                "checkpoints": detail.checkpoints,
+                "events": detail.events[-50:],
+                "ranks": list(range(len(latest.placement))) if latest else [],
+                "steerable": services.steering is not None,
+            }
+
+        return web.page(request, "trial.html", build)
+
+    @router.get("/trials/{trial_id}/chart.json")
+    def trial_chart(
+        request: Request,
+        trial_id: int,
+        buckets: Annotated[int, Query(ge=10, le=10_000)] = 2000,
+    ) -> Response:
+        def build(principal: Principal) -> dict[str, Any]:
+            trial = services.experiments.get_trial(principal, trial_id).trial
+            chart = web.charts.chart(principal, trial_id, trial.num_attempts, buckets)
+            chart["state"] = trial.state.value
+            return chart
+
+        return web.data(request, build)
+
+    @router.get("/trials/{trial_id}/logs.json")
+    def trial_logs(
+        request: Request,
+        trial_id: int,
+        rank: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        attempt: Annotated[int | None, Query(ge=1)] = None,
+    ) -> Response:
+        def build(principal: Principal) -> dict[str, Any]:
+            chunk = services.tracking.read_logs(principal, trial_id, attempt, rank, offset)
+            return {
+                "attempt": chunk.attempt,
+                "text": chunk.data.decode("utf-8", errors="replace"),
+                "next_offset": chunk.next_offset,
+                "complete": chunk.complete,
+            }
+
+        return web.data(request, build)
+
+    # ---------------------------------------------------------- queue, usage
+    @router.get("/queue", response_class=HTMLResponse)
+    def queue_page(request: Request) -> Response:
+        def build(principal: Principal) -> dict[str, Any]:
+            return {
+                "trials": services.experiments.queue(principal),
+                "note": services.experiments.guarantee_note(principal),
+            }
+
+        return web.page(request, "queue.html", build)
+
+    @router.get("/usage", response_class=HTMLResponse)
+    def usage_page(request: Request) -> Response:
+        def build(principal: Principal) -> dict[str, Any]:
+            report = services.usage.report(principal, None, None)
+            days = sorted({r.day for r in report.rows})
+            hours: dict[str, dict[str, float]] = {}
+            for r in report.rows:
+                per_day = hours.setdefault(r.tenant, {})
+                per_day[r.day] = per_day.get(r.day, 0.0) + r.slot_hours
+            series = {
+                tenant: {"x": list(range(len(days))), "y": [h.get(d, 0.0) for d in days]}
+                for tenant, h in sorted(hours.items())
+            }
+            return {"report": report, "chart": {"days": days, "series": series}}
+
+        return web.page(request, "usage.html", build)
+
+    @router.get("/usage.csv")
+    def usage_csv(request: Request) -> Response:
+        try:
+            _, principal = web.session(request)
+        except _LoginNeeded:
+            return RedirectResponse(f"{PREFIX}/login", status_code=303)
+        report = services.usage.report(principal, None, None)
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(["day", "tenant", "user", "project", "slot_hours"])
+        for row in report.rows:
+            writer.writerow([row.day, row.tenant, row.user, row.project, f"{row.slot_hours:.4f}"])
+        return Response(
+            buffer.getvalue(),
+            media_type="text/csv",
+            headers={"Content-Disposition": 'attachment; filename="usage.csv"'},
+        )
+
+    return router
+
+
+def mount_ui(app: FastAPI, services: Services) -> None:
+    """Serve the dashboard under /ui (pages) and /ui/static (our script and style)."""
+    app.include_router(build_router(services))
+    app.mount(f"{PREFIX}/static", StaticFiles(directory=str(_HERE / "static")), name="ui-static")
