@@ -17,6 +17,7 @@ All arms run in one invocation and print JSON lines (keys as issue 9 names them)
   ``--reporters`` concurrent reporters (target >= 50,000 points/s).
 
     HOME=$(mktemp -d) .venv/bin/python benchmarks/hpo.py [--trials 32] [--overhead-trials 200]
+    HOME=$(mktemp -d) .venv/bin/python benchmarks/hpo.py --only ingestion
 """
 
 from __future__ import annotations
@@ -284,6 +285,7 @@ def ingestion(reporters: int, batches: int, points_per_batch: int, root: Path) -
     from trainhub.adapters.storage import LocalArtifactStore
     from trainhub.api.app import create_app
     from trainhub.service.admin import AdminService
+    from trainhub.service.auth import new_token
     from trainhub.service.clock import system_clock
     from trainhub.service.container import Services
     from trainhub.service.experiments import ExperimentService
@@ -325,11 +327,24 @@ def ingestion(reporters: int, batches: int, points_per_batch: int, root: Path) -
             body = client.post("/api/v1/experiments", data={"spec": spec}).json()
             trial_ids.append(body["trials"][0]["id"])
 
+    # each reporter is a trial's runtime: attempt 1 started, its own trial-scoped token
+    secrets_by_trial: dict[int, str] = {}
+    now = time.time()
+    with uow() as repo:
+        for trial_id in trial_ids:
+            secret, token_hash, prefix = new_token()
+            token = repo.add_token(
+                token_hash, prefix, f"trial {trial_id}", now, trial_id=trial_id
+            )
+            repo.add_attempt(trial_id, 1, f"t{trial_id}-a1", ["local"], None, token.id, now)
+            secrets_by_trial[trial_id] = secret
+
     stored: list[int] = []
     failed: list[str] = []
 
     def report(trial_id: int) -> None:
-        with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+        own = {"Authorization": f"Bearer {secrets_by_trial[trial_id]}"}
+        with httpx.Client(base_url=url, headers=own, timeout=60) as client:
             for batch in range(batches):
                 first = batch * points_per_batch
                 points = [
@@ -367,10 +382,12 @@ def main() -> None:
     parser.add_argument("--overhead-trials", type=int, default=200)
     parser.add_argument("--overhead-budget-s", type=float, default=240.0)
     parser.add_argument("--reporters", type=int, default=20)
-    parser.add_argument(
-        "--skip", nargs="*", default=[], choices=["efficiency", "overhead", "ingestion"]
-    )
+    parts = ["efficiency", "overhead", "ingestion"]
+    parser.add_argument("--skip", nargs="*", default=[], choices=parts)
+    parser.add_argument("--only", choices=parts, help="run only this part")
     args = parser.parse_args()
+    if args.only:
+        args.skip = [part for part in parts if part != args.only]
     root = Path(tempfile.mkdtemp(prefix="trainhub-hpo-"))
     try:
         if "efficiency" not in args.skip:
