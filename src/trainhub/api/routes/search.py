@@ -8,7 +8,6 @@ from fastapi import APIRouter, File, Form, UploadFile
 from starlette.concurrency import run_in_threadpool
 
 from trainhub.api.deps import CurrentPrincipal, ServicesDep
-from trainhub.api.params import ExperimentId, TrialId, errors
 from trainhub.api.schemas import ExperimentDetailPublic, TrialPublic
 from trainhub.api.search_schemas import (
     CloneIn,
@@ -34,28 +33,17 @@ def _steering(services: Services) -> SteeringService:
     return services.steering
 
 
-@router.get(
-    "/experiments/{experiment_id}/search",
-    responses=errors(404, 409),
-    response_model=SearchProgressPublic,
-)
+@router.get("/experiments/{experiment_id}/search", response_model=SearchProgressPublic)
 def get_search(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int
 ) -> SearchProgressPublic:
     """Progress of an experiment's search: trials by state, best first, the best so far."""
     return SearchProgressPublic.of(_steering(services).progress(principal, experiment_id))
 
 
-@router.patch(
-    "/experiments/{experiment_id}/search",
-    responses=errors(404, 409),
-    response_model=SearchProgressPublic,
-)
+@router.patch("/experiments/{experiment_id}/search", response_model=SearchProgressPublic)
 def set_search_limits(
-    services: ServicesDep,
-    principal: CurrentPrincipal,
-    experiment_id: ExperimentId,
-    body: SearchLimitsIn,
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int, body: SearchLimitsIn
 ) -> SearchProgressPublic:
     """Raise or lower max_trials / max_concurrent_trials of a running search."""
     progress = _steering(services).set_limits(
@@ -64,47 +52,31 @@ def set_search_limits(
     return SearchProgressPublic.of(progress)
 
 
-@router.get(
-    "/experiments/{experiment_id}/importance",
-    responses=errors(404, 409),
-    response_model=ImportancePublic,
-)
+@router.get("/experiments/{experiment_id}/importance", response_model=ImportancePublic)
 def get_importance(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int
 ) -> ImportancePublic:
     return ImportancePublic(importance=_steering(services).importance(principal, experiment_id))
 
 
-@router.post(
-    "/experiments/{experiment_id}/pause",
-    responses=errors(404, 409),
-    response_model=SearchProgressPublic,
-)
+@router.post("/experiments/{experiment_id}/pause", response_model=SearchProgressPublic)
 def pause_experiment(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int
 ) -> SearchProgressPublic:
     """Checkpoint and park every trial (freeing its slots); a search makes no new trials."""
     return SearchProgressPublic.of(_steering(services).pause_experiment(principal, experiment_id))
 
 
-@router.post(
-    "/experiments/{experiment_id}/resume",
-    responses=errors(404, 409),
-    response_model=SearchProgressPublic,
-)
+@router.post("/experiments/{experiment_id}/resume", response_model=SearchProgressPublic)
 def resume_experiment(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int
 ) -> SearchProgressPublic:
     return SearchProgressPublic.of(_steering(services).resume_experiment(principal, experiment_id))
 
 
-@router.post(
-    "/experiments/{experiment_id}/kill",
-    responses=errors(404, 409),
-    response_model=ExperimentDetailPublic,
-)
+@router.post("/experiments/{experiment_id}/kill", response_model=ExperimentDetailPublic)
 def kill_experiment(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int
 ) -> ExperimentDetailPublic:
     """Stop every trial and the search for good."""
     detail = _steering(services).kill_experiment(principal, experiment_id)
@@ -112,13 +84,10 @@ def kill_experiment(
 
 
 @router.post(
-    "/experiments/{experiment_id}/clone",
-    status_code=201,
-    responses=errors(404, 409),
-    response_model=ExperimentDetailPublic,
+    "/experiments/{experiment_id}/clone", status_code=201, response_model=ExperimentDetailPublic
 )
 def clone_experiment(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId, body: CloneIn
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int, body: CloneIn
 ) -> ExperimentDetailPublic:
     """Submit a copy with changes, optionally warm-started from a trial's latest checkpoint."""
     detail = _steering(services).clone_experiment(
@@ -127,52 +96,39 @@ def clone_experiment(
     return ExperimentDetailPublic.of_detail(detail)
 
 
-@router.post("/trials/{trial_id}/pause", responses=errors(404, 409), response_model=TrialPublic)
-def pause_trial(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
-) -> TrialPublic:
+@router.post("/trials/{trial_id}/pause", response_model=TrialPublic)
+def pause_trial(services: ServicesDep, principal: CurrentPrincipal, trial_id: int) -> TrialPublic:
     """Checkpoint and stop; the trial waits PAUSED (its slots freed) until resumed."""
     return TrialPublic.of(_steering(services).pause_trial(principal, trial_id))
 
 
-@router.post("/trials/{trial_id}/resume", responses=errors(404, 409), response_model=TrialPublic)
-def resume_trial(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
-) -> TrialPublic:
+@router.post("/trials/{trial_id}/resume", response_model=TrialPublic)
+def resume_trial(services: ServicesDep, principal: CurrentPrincipal, trial_id: int) -> TrialPublic:
     """Queue a paused trial again; it resumes from its latest checkpoint."""
     return TrialPublic.of(_steering(services).resume_trial(principal, trial_id))
 
 
-@router.post("/trials/{trial_id}/kill", responses=errors(404, 409), response_model=TrialPublic)
-def kill_trial(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
-) -> TrialPublic:
+@router.post("/trials/{trial_id}/kill", response_model=TrialPublic)
+def kill_trial(services: ServicesDep, principal: CurrentPrincipal, trial_id: int) -> TrialPublic:
     return TrialPublic.of(_steering(services).kill_trial(principal, trial_id))
 
 
-@router.post(
-    "/trials/{trial_id}/clone",
-    status_code=201,
-    responses=errors(404, 409),
-    response_model=ExperimentDetailPublic,
-)
+@router.post("/trials/{trial_id}/clone", status_code=201, response_model=ExperimentDetailPublic)
 def clone_trial(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId, body: TrialCloneIn
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: int, body: TrialCloneIn
 ) -> ExperimentDetailPublic:
     """A new single-trial experiment with this trial's hyperparameters, changed as asked."""
     detail = _steering(services).clone_trial(principal, trial_id, body.set, body.from_checkpoint)
     return ExperimentDetailPublic.of_detail(detail)
 
 
-@router.get("/templates", responses=errors(404, 409), response_model=TemplatesPublic)
+@router.get("/templates", response_model=TemplatesPublic)
 def list_templates(services: ServicesDep, principal: CurrentPrincipal) -> TemplatesPublic:
     rows = _steering(services).list_templates(principal)
     return TemplatesPublic(data=[TemplatePublic.of(t) for t in rows], count=len(rows))
 
 
-@router.post(
-    "/templates", status_code=201, responses=errors(404, 409), response_model=TemplatePublic
-)
+@router.post("/templates", status_code=201, response_model=TemplatePublic)
 async def save_template(
     services: ServicesDep,
     principal: CurrentPrincipal,
@@ -195,15 +151,12 @@ async def save_template(
 
 
 @router.post(
-    "/experiments/{experiment_id}/template",
-    status_code=201,
-    responses=errors(404, 409),
-    response_model=TemplatePublic,
+    "/experiments/{experiment_id}/template", status_code=201, response_model=TemplatePublic
 )
 def save_experiment_as_template(
     services: ServicesDep,
     principal: CurrentPrincipal,
-    experiment_id: ExperimentId,
+    experiment_id: int,
     body: TemplateFromExperimentIn,
 ) -> TemplatePublic:
     """Save an experiment's spec and code as a template of its tenant."""
@@ -211,12 +164,7 @@ def save_experiment_as_template(
     return TemplatePublic.of(template)
 
 
-@router.post(
-    "/templates/{name}/submit",
-    status_code=201,
-    responses=errors(404, 409),
-    response_model=ExperimentDetailPublic,
-)
+@router.post("/templates/{name}/submit", status_code=201, response_model=ExperimentDetailPublic)
 def submit_template(
     services: ServicesDep, principal: CurrentPrincipal, name: str, body: TemplateSubmitIn
 ) -> ExperimentDetailPublic:
