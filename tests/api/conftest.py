@@ -15,6 +15,8 @@ from fastapi.testclient import TestClient
 
 from tests.fixtures.api import Api
 from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
+from trainhub.adapters.optuna_search import OptunaSearch
 from trainhub.adapters.storage import LocalArtifactStore
 from trainhub.api.app import create_app
 from trainhub.api.guard import FailedAuthLimiter
@@ -23,6 +25,7 @@ from trainhub.service.admin import AdminService
 from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
 from trainhub.service.experiments import ExperimentService
+from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
 
@@ -39,10 +42,17 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
     uow = SqlUnitOfWork(engine)
     store = LocalArtifactStore(root / "artifacts")
     admin = AdminService(uow, system_clock)
+    experiments = ExperimentService(uow, store, system_clock, cluster_nodes=lambda: NODES)
+    # the search routes too, as the server wires them: the walk and the fuzzing cover them
+    backend = OptunaSearch.for_database(f"sqlite:///{root / 'trainhub.db'}")
+    steering = SteeringService(
+        SqlSearchUnitOfWork(engine), experiments, store, backend, system_clock
+    )
     services = Services(
         uow=uow,
         clock=system_clock,
-        experiments=ExperimentService(uow, store, system_clock, cluster_nodes=lambda: NODES),
+        experiments=experiments,
+        steering=steering,
         tracking=TrackingService(uow, store, system_clock),
         admin=admin,
         usage=UsageService(uow, system_clock),

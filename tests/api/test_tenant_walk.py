@@ -83,6 +83,12 @@ _BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/tokens"): {"json": {"username": "alice"}},
     ("POST", "/api/v1/users"): {"json": {"username": "intruder", "is_admin": True}},
     ("POST", "/api/v1/tenants"): {"json": {"name": "annex"}},
+    ("POST", "/api/v1/templates"): {"data": {"name": "planted", "spec": SPEC, "tenant": "vision"}},
+    ("PATCH", "/api/v1/experiments/{experiment_id}/search"): {"json": {"max_trials": 64}},
+    ("POST", "/api/v1/experiments/{experiment_id}/clone"): {"json": {"set": {"lr": 0.5}}},
+    ("POST", "/api/v1/trials/{trial_id}/clone"): {"json": {"set": {"lr": 0.5}}},
+    ("POST", "/api/v1/experiments/{experiment_id}/template"): {"json": {"name": "stolen"}},
+    ("POST", "/api/v1/templates/{name}/submit"): {"json": {"tenant": "vision"}},
 }
 # routes without an object of tenant A in their path: what they answer must not show A
 _LISTINGS = {
@@ -94,6 +100,7 @@ _LISTINGS = {
     ("GET", "/api/v1/cluster"),
     ("GET", "/api/v1/usage"),
     ("GET", "/api/v1/users"),
+    ("GET", "/api/v1/templates"),
 }
 # creating routes: refused to non-admins; to a tenant admin of B they touch only B
 _CREATING = {
@@ -101,6 +108,7 @@ _CREATING = {
     ("POST", "/api/v1/users"),
     ("POST", "/api/v1/tenants"),
     ("POST", "/api/v1/experiments"),  # into tenant A
+    ("POST", "/api/v1/templates"),  # into tenant A
 }
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainhub.api.schemas import ExperimentPublic, TrialPublic
+from trainhub.core.limits import INT64_MAX
 from trainhub.core.states import TrialState
 from trainhub.service.search_ports import SearchState, SpecTemplate
 from trainhub.service.steering import SearchProgress, TrialResult
@@ -23,7 +24,10 @@ class CloneIn(_In):
         "that is not a spec field names a hyperparameter.",
     )
     from_checkpoint_trial: int | None = Field(
-        None, description="Warm-start every trial from this trial's latest checkpoint."
+        None,
+        ge=1,
+        le=INT64_MAX,
+        description="Warm-start every trial from this trial's latest checkpoint.",
     )
 
 

@@ -8,6 +8,7 @@ from fastapi import APIRouter, File, Form, UploadFile
 from starlette.concurrency import run_in_threadpool
 
 from trainhub.api.deps import CurrentPrincipal, ServicesDep
+from trainhub.api.params import ExperimentId, TrialId, errors
 from trainhub.api.schemas import ExperimentDetailPublic, TrialPublic
 from trainhub.api.search_schemas import (
     CloneIn,
@@ -24,7 +25,9 @@ from trainhub.core.errors import Conflict
 from trainhub.service.container import Services
 from trainhub.service.steering import SteeringService
 
-router = APIRouter(tags=["search"])
+# every search route names an experiment, trial or template (404), may find it in a state that
+# refuses the change or a control plane without search (409), and bounds its body (411)
+router = APIRouter(tags=["search"], responses=errors(404, 409, 411))
 
 
 def _steering(services: Services) -> SteeringService:
@@ -35,7 +38,7 @@ def _steering(services: Services) -> SteeringService:
 
 @router.get("/experiments/{experiment_id}/search", response_model=SearchProgressPublic)
 def get_search(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId
 ) -> SearchProgressPublic:
     """Progress of an experiment's search: trials by state, best first, the best so far."""
     return SearchProgressPublic.of(_steering(services).progress(principal, experiment_id))
@@ -43,7 +46,10 @@ def get_search(
 
 @router.patch("/experiments/{experiment_id}/search", response_model=SearchProgressPublic)
 def set_search_limits(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int, body: SearchLimitsIn
+    services: ServicesDep,
+    principal: CurrentPrincipal,
+    experiment_id: ExperimentId,
+    body: SearchLimitsIn,
 ) -> SearchProgressPublic:
     """Raise or lower max_trials / max_concurrent_trials of a running search."""
     progress = _steering(services).set_limits(
@@ -54,14 +60,14 @@ def set_search_limits(
 
 @router.get("/experiments/{experiment_id}/importance", response_model=ImportancePublic)
 def get_importance(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId
 ) -> ImportancePublic:
     return ImportancePublic(importance=_steering(services).importance(principal, experiment_id))
 
 
 @router.post("/experiments/{experiment_id}/pause", response_model=SearchProgressPublic)
 def pause_experiment(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId
 ) -> SearchProgressPublic:
     """Checkpoint and park every trial (freeing its slots); a search makes no new trials."""
     return SearchProgressPublic.of(_steering(services).pause_experiment(principal, experiment_id))
@@ -69,14 +75,14 @@ def pause_experiment(
 
 @router.post("/experiments/{experiment_id}/resume", response_model=SearchProgressPublic)
 def resume_experiment(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId
 ) -> SearchProgressPublic:
     return SearchProgressPublic.of(_steering(services).resume_experiment(principal, experiment_id))
 
 
 @router.post("/experiments/{experiment_id}/kill", response_model=ExperimentDetailPublic)
 def kill_experiment(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId
 ) -> ExperimentDetailPublic:
     """Stop every trial and the search for good."""
     detail = _steering(services).kill_experiment(principal, experiment_id)
@@ -87,7 +93,7 @@ def kill_experiment(
     "/experiments/{experiment_id}/clone", status_code=201, response_model=ExperimentDetailPublic
 )
 def clone_experiment(
-    services: ServicesDep, principal: CurrentPrincipal, experiment_id: int, body: CloneIn
+    services: ServicesDep, principal: CurrentPrincipal, experiment_id: ExperimentId, body: CloneIn
 ) -> ExperimentDetailPublic:
     """Submit a copy with changes, optionally warm-started from a trial's latest checkpoint."""
     detail = _steering(services).clone_experiment(
@@ -97,25 +103,31 @@ def clone_experiment(
 
 
 @router.post("/trials/{trial_id}/pause", response_model=TrialPublic)
-def pause_trial(services: ServicesDep, principal: CurrentPrincipal, trial_id: int) -> TrialPublic:
+def pause_trial(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
+) -> TrialPublic:
     """Checkpoint and stop; the trial waits PAUSED (its slots freed) until resumed."""
     return TrialPublic.of(_steering(services).pause_trial(principal, trial_id))
 
 
 @router.post("/trials/{trial_id}/resume", response_model=TrialPublic)
-def resume_trial(services: ServicesDep, principal: CurrentPrincipal, trial_id: int) -> TrialPublic:
+def resume_trial(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
+) -> TrialPublic:
     """Queue a paused trial again; it resumes from its latest checkpoint."""
     return TrialPublic.of(_steering(services).resume_trial(principal, trial_id))
 
 
 @router.post("/trials/{trial_id}/kill", response_model=TrialPublic)
-def kill_trial(services: ServicesDep, principal: CurrentPrincipal, trial_id: int) -> TrialPublic:
+def kill_trial(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
+) -> TrialPublic:
     return TrialPublic.of(_steering(services).kill_trial(principal, trial_id))
 
 
 @router.post("/trials/{trial_id}/clone", status_code=201, response_model=ExperimentDetailPublic)
 def clone_trial(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: int, body: TrialCloneIn
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId, body: TrialCloneIn
 ) -> ExperimentDetailPublic:
     """A new single-trial experiment with this trial's hyperparameters, changed as asked."""
     detail = _steering(services).clone_trial(principal, trial_id, body.set, body.from_checkpoint)
@@ -156,7 +168,7 @@ async def save_template(
 def save_experiment_as_template(
     services: ServicesDep,
     principal: CurrentPrincipal,
-    experiment_id: int,
+    experiment_id: ExperimentId,
     body: TemplateFromExperimentIn,
 ) -> TemplatePublic:
     """Save an experiment's spec and code as a template of its tenant."""
