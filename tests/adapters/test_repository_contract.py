@@ -117,6 +117,25 @@ def test_metrics_merge_within_an_attempt_and_replace_across(uow: SqlUnitOfWork) 
         assert [p.step for p in repo.list_metrics(trial_id, after_step=0)] == [1]
 
 
+def test_a_metrics_batch_is_one_upsert_retries_change_nothing(uow: SqlUnitOfWork) -> None:
+    _, trial_id = seed(uow)
+    batch = [(step, {"loss": 1.0 / (step + 1), "epoch": step // 10}) for step in range(1500)]
+    batch.append((3, {"acc": 0.25}))  # a step twice in one batch merges
+    with uow() as repo:
+        repo.upsert_metrics(trial_id, 1, batch, 3.0)
+    with uow() as repo:  # the runtime retries a batch whose answer it lost
+        repo.upsert_metrics(trial_id, 1, batch, 4.0)
+        points = repo.list_metrics(trial_id)
+    assert [p.step for p in points] == list(range(1500))
+    assert points[3].values == {"loss": 0.25, "epoch": 0, "acc": 0.25}
+    assert points[1499].values == {"loss": 1.0 / 1500, "epoch": 149}
+    assert {p.reported_at for p in points} == {4.0}
+    with uow() as repo:  # the next attempt's report of step 3 replaces the values, not merges
+        repo.upsert_metrics(trial_id, 2, [(3, {"loss": 0.5})], 5.0)
+        replaced = repo.list_metrics(trial_id, after_step=2, limit=1)
+    assert [(p.step, p.attempt, p.values) for p in replaced] == [(3, 2, {"loss": 0.5})]
+
+
 def test_checkpoints(uow: SqlUnitOfWork) -> None:
     _, trial_id = seed(uow)
     with uow() as repo:
