@@ -307,68 +307,34 @@ def build_router(services: Services) -> APIRouter:
 
         return web.data(request, build)
 
-    def _steer(verb: str) -> Callable[[Principal, int], None]:
-        def act(principal: Principal, experiment_id: int) -> None:
-            steering = services.steering
-            if steering is None:
+    def _steer(kind: str, verb: str) -> Callable[[Principal, int], None]:
+        """``steering.<verb>_<kind>`` (e.g. ``pause_trial``), refused where search is off."""
+
+        def act(principal: Principal, object_id: int) -> None:
+            if services.steering is None:
                 raise Conflict(
                     "this control plane runs without search and steering",
                     "start it with trainhub server",
                 )
-            if verb == "pause":
-                steering.pause_experiment(principal, experiment_id)
-            elif verb == "resume":
-                steering.resume_experiment(principal, experiment_id)
-            else:
-                steering.kill_experiment(principal, experiment_id)
+            getattr(services.steering, f"{verb}_{kind}")(principal, object_id)
 
         return act
 
-    for verb in ("pause", "resume", "kill"):
-        act = _steer(verb)
+    def _steer_route(kind: str, act: Callable[[Principal, int], None]) -> Callable[..., Any]:
+        async def steer(request: Request, object_id: int) -> Response:
+            return await web.action(
+                request, lambda p: act(p, object_id), f"{PREFIX}/{kind}s/{object_id}"
+            )
 
-        def make(act: Callable[[Principal, int], None]) -> Callable[..., Any]:
-            async def steer(request: Request, experiment_id: int) -> Response:
-                return await web.action(
-                    request,
-                    lambda p: act(p, experiment_id),
-                    f"{PREFIX}/experiments/{experiment_id}",
-                )
+        return steer
 
-            return steer
-
-        router.add_api_route(f"/experiments/{{experiment_id}}/{verb}", make(act), methods=["POST"])
-
-    def _steer_trial(verb: str) -> Callable[[Principal, int], None]:
-        def act(principal: Principal, trial_id: int) -> None:
-            steering = services.steering
-            if steering is None:
-                raise Conflict(
-                    "this control plane runs without search and steering",
-                    "start it with trainhub server",
-                )
-            if verb == "pause":
-                steering.pause_trial(principal, trial_id)
-            elif verb == "resume":
-                steering.resume_trial(principal, trial_id)
-            else:
-                steering.kill_trial(principal, trial_id)
-
-        return act
-
-    for verb in ("pause", "resume", "kill"):
-
-        def make_trial(act: Callable[[Principal, int], None]) -> Callable[..., Any]:
-            async def steer_trial(request: Request, trial_id: int) -> Response:
-                return await web.action(
-                    request, lambda p: act(p, trial_id), f"{PREFIX}/trials/{trial_id}"
-                )
-
-            return steer_trial
-
-        router.add_api_route(
-            f"/trials/{{trial_id}}/{verb}", make_trial(_steer_trial(verb)), methods=["POST"]
-        )
+    for kind in ("experiment", "trial"):
+        for verb in ("pause", "resume", "kill"):
+            router.add_api_route(
+                f"/{kind}s/{{object_id}}/{verb}",
+                _steer_route(kind, _steer(kind, verb)),
+                methods=["POST"],
+            )
 
     # ----------------------------------------------------------------- trials
     @router.get("/trials/{trial_id}", response_class=HTMLResponse)
