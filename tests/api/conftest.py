@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
-from tests.fixtures.api import Api
+from tests.fixtures.api import Api, serve
 from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
 from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
 from trainhub.adapters.monitor.node_store import SqlNodeControlStore
@@ -114,26 +110,10 @@ class Served:
 def served(tmp_path: Path) -> Iterator[Served]:
     """The bounded API behind a real uvicorn on a free port."""
     api = build_bounded_api(tmp_path)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        api.client.app, log_level="warning", lifespan="off", ws="none", access_log=False
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive(), "uvicorn exited while starting"
-        assert time.monotonic() < deadline, "uvicorn did not start within 10 s"
-        time.sleep(0.01)
     try:
-        yield Served(api, "127.0.0.1", port)
+        with serve(api.client.app) as port:
+            yield Served(api, "127.0.0.1", port)
     finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
         api.services.uow.engine.dispose()  # type: ignore[attr-defined]
 
 

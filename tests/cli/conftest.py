@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner, Result
 
-from tests.fixtures.api import Api, build_api
+from tests.fixtures.api import Api, build_api, serve
 from trainhub.cli.main import app
 
 
@@ -30,26 +26,10 @@ class LiveServer:
 @pytest.fixture
 def live(sqlite_url: str, tmp_path: Path) -> Iterator[LiveServer]:
     api = build_api(sqlite_url, tmp_path)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        api.client.app, log_level="warning", lifespan="off", ws="none", access_log=False
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive(), "uvicorn exited while starting"
-        assert time.monotonic() < deadline, "uvicorn did not start within 10 s"
-        time.sleep(0.01)
     try:
-        yield LiveServer(api, f"http://127.0.0.1:{port}")
+        with serve(api.client.app) as port:
+            yield LiveServer(api, f"http://127.0.0.1:{port}")
     finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
         api.services.uow.engine.dispose()  # type: ignore[attr-defined]
 
 
