@@ -266,7 +266,7 @@ class LayerWatch:
                 sample.before[layer.index] = [p.detach().clone() for p in layer.params]
             for p in layer.params:
                 sample.handles.append(
-                    p.register_post_accumulate_grad_hook(self._grad_hook(sample, layer))
+                    p.register_post_accumulate_grad_hook(self._grad_hook(sample, layer))  # type: ignore[no-untyped-call]
                 )
         self._sample = sample
 
@@ -306,7 +306,7 @@ class LayerWatch:
                     with torch.no_grad():
                         sample.backward_bad.append((layer.index, ~torch.isfinite(grad).all()))
 
-                output.register_hook(on_grad)
+                output.register_hook(on_grad)  # type: ignore[no-untyped-call]
 
         return hook
 
@@ -354,7 +354,7 @@ class LayerWatch:
         if stacked.is_cuda:
             host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
             host.copy_(stacked, non_blocking=True)
-            ready = torch.cuda.Event()
+            ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
             ready.record()
         else:
             host = stacked
@@ -375,7 +375,7 @@ class LayerWatch:
             if readout.ready is not None:
                 if wait:
                     readout.ready.synchronize()
-                elif not readout.ready.query():
+                elif not readout.ready.query():  # type: ignore[no-untyped-call]
                     return
             self._readouts.pop(0)
             metrics = self._metrics_of(readout)

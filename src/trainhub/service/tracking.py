@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainhub.core import limits
+from trainhub.core import layer_alerts, limits
 from trainhub.core.errors import (
     Conflict,
     FieldError,
@@ -25,7 +25,15 @@ from trainhub.service.auth import check_trial_scope
 from trainhub.service.clock import Clock
 from trainhub.service.keys import checkpoint_key, log_key
 from trainhub.service.ports import ArtifactStore, BlobWriter, Principal
-from trainhub.service.records import KEEP, Checkpoint, MetricPoint, Tenant, Trial, TrialUpdate
+from trainhub.service.records import (
+    KEEP,
+    Checkpoint,
+    LayerAlertRecord,
+    MetricPoint,
+    Tenant,
+    Trial,
+    TrialUpdate,
+)
 from trainhub.service.repository import Repository, UnitOfWork
 
 MAX_LOG_CHUNK_BYTES = 1024 * 1024
@@ -249,6 +257,9 @@ class TrackingService:
                     ]
                 )
             repo.upsert_metrics(trial_id, attempt, points, now)
+            alerts = [a for step, values in points for a in layer_alerts.evaluate(step, values)]
+            if alerts:
+                repo.record_layer_alerts(trial_id, alerts, now)
             for _, values in sorted(points, key=lambda p: p[0]):
                 latest.update(values)
             top = max(step for step, _ in points) if points else None
@@ -264,6 +275,14 @@ class TrackingService:
         with self.uow() as repo:
             _trial_for(repo, principal, trial_id, write=False)
             return repo.list_metrics(trial_id, after_step, limit)
+
+    def list_layer_alerts(
+        self, principal: Principal, trial_id: int, limit: int
+    ) -> list[LayerAlertRecord]:
+        """The trial's layer-health alerts (from the ``layers/*`` metrics), earliest first."""
+        with self.uow() as repo:
+            _trial_for(repo, principal, trial_id, write=False)
+            return repo.list_layer_alerts(trial_id, limit)
 
     def begin_checkpoint(
         self,
