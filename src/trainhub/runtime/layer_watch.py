@@ -225,9 +225,9 @@ class LayerWatch:
     def _on_root_pre_forward(self, module: nn.Module, args: Any) -> None:
         if self._in_forward:  # a re-entrant call of the root (rare): one step, not two
             return
-        self._ship_ready(wait=False)
         if self._sample is not None:
             self._finish_sample()
+        self._ship_ready(wait=False)
         if not module.training:
             return
         step = self._step
