@@ -45,7 +45,8 @@ def test_exploding_by_gradient_norm_or_by_update_ratio() -> None:
     first = next(a for a in alerts if a.layer == "fc1")
     assert first.step == 7
     assert first.value == 5e3
-    assert "fc1" in first.message and "step 7" in first.message
+    assert "fc1" in first.message
+    assert "step 7" in first.message
 
 
 def test_vanishing_absolute_and_relative_to_the_largest_layer() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,7 @@ def train(model: nn.Module, steps: int, x: torch.Tensor, y: torch.Tensor, lr: fl
 
 def mlp(*sizes: int, act: type[nn.Module] = nn.ReLU) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for a, b in zip(sizes, sizes[1:], strict=False):
+    for a, b in itertools.pairwise(sizes):
         layers += [nn.Linear(a, b), act()]
     return nn.Sequential(*layers[:-1])
 
@@ -59,7 +60,8 @@ def test_watch_leaves_gradients_and_training_unchanged() -> None:
         model.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
     for (name, a), b in zip(plain.named_parameters(), watched.parameters(), strict=True):
-        assert a.grad is not None and b.grad is not None
+        assert a.grad is not None
+        assert b.grad is not None
         assert torch.equal(a.grad, b.grad), name
     train(plain, 3, x, y)
     train(watched, 3, x, y)
@@ -171,7 +173,8 @@ def test_a_deep_model_ships_a_bounded_spread_of_layers_but_checks_all() -> None:
     points, report = recorder()
     watch = LayerWatch(model, every=1, report=report, max_layers=8)
     assert len(watch.layer_names) == 8
-    assert watch.layer_names[0] == "0" and watch.layer_names[-1] == "78"
+    assert watch.layer_names[0] == "0"
+    assert watch.layer_names[-1] == "78"
     with torch.no_grad():
         model[40].weight.fill_(float("inf"))  # not a shipped layer
     model(torch.randn(3, 6)).sum().backward()
