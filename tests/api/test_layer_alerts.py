@@ -26,6 +26,9 @@ def test_alerts_are_raised_from_layer_metrics_and_kept_with_first_and_last_step(
     for _ in range(2):
         r = api.client.post(url, json={"points": [{"step": 30, "values": nan}]}, headers=own)
         assert r.status_code == 204
+    # by the next sample NaN is everywhere: the alert keeps the layer where it appeared first
+    later = {"points": [{"step": 40, "values": {"layers/fc0/nonfinite": 1.0}}]}
+    assert api.client.post(url, json=later, headers=own).status_code == 204
 
     r = api.client.get(f"/api/v1/trials/{trial_id}/alerts", headers=api.headers(alice))
     assert r.status_code == 200, r.text
@@ -38,6 +41,7 @@ def test_alerts_are_raised_from_layer_metrics_and_kept_with_first_and_last_step(
     assert exploding["value"] == 4e4
     assert "fc2" in exploding["message"]
     assert (nonfinite["kind"], nonfinite["layer"], nonfinite["step"]) == ("nonfinite", "fc1", 30)
+    assert nonfinite["last_step"] == 40
 
     trial = api.client.get(f"/api/v1/trials/{trial_id}", headers=api.headers(alice)).json()
     assert [(a["kind"], a["layer"], a["step"]) for a in trial["alerts"]] == [

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from trainhub.core.layer_alerts import AlertKind, AlertThresholds, evaluate, layer_series
+from trainhub.core.layer_alerts import (
+    AlertKind,
+    AlertThresholds,
+    attribute_nonfinite,
+    evaluate,
+    layer_series,
+)
 
 
 def healthy(layer: str, grad: float = 0.5) -> dict[str, float]:
@@ -79,3 +85,11 @@ def test_thresholds_are_checked() -> None:
         AlertThresholds(dead_fraction=1.5)
     strict = AlertThresholds(exploding_grad_norm=0.1)
     assert kinds(evaluate(1, healthy("fc"), strict)) == {("exploding_gradients", "fc")}
+
+
+def test_later_nan_sightings_keep_naming_the_first_layer() -> None:
+    first = evaluate(20, {"layers/fc2/nonfinite": 1.0})
+    later = evaluate(25, {"layers/fc0/nonfinite": 1.0, "layers/fc1/grad_norm": 1e9})
+    assert [a.layer for a in attribute_nonfinite(first + later, None)] == ["fc2", "fc2", "fc1"]
+    [again] = attribute_nonfinite(evaluate(30, {"layers/fc0/nonfinite": 1.0}), "fc2")
+    assert (again.layer, again.step) == ("fc2", 30)

@@ -10,7 +10,9 @@ kind, layer).
 The rules and their thresholds (:class:`AlertThresholds`):
 
 - ``nonfinite``: any ``nonfinite`` marker; names the first layer, in forward order, whose
-  output was NaN/Inf, else the first, in backward order, whose incoming gradient was.
+  output was NaN/Inf, else the first, in backward order, whose incoming gradient was. After
+  the first sighting every layer is soon NaN: :func:`attribute_nonfinite` keeps naming the
+  layer of the first sighting.
 - ``exploding_gradients``: a layer's ``grad_norm`` above ``exploding_grad_norm`` (1e3), or its
   ``update_ratio`` above ``exploding_update_ratio`` (1.0: one step changed the weights by more
   than their own size). Healthy training sits near grad norms of 1e-3..10 and update ratios
@@ -120,6 +122,23 @@ def evaluate(
         if step > 0:
             alerts.extend(_dead_alerts(step, layer, stats, thresholds))
     return alerts
+
+
+def attribute_nonfinite(alerts: list[LayerAlert], first_layer: str | None) -> list[LayerAlert]:
+    """Once NaN/Inf has appeared, the optimizer spreads it to every layer and later samples
+    see it everywhere: keep naming the layer where it appeared first (``first_layer``, already
+    recorded, else the one of the earliest step here); later sightings extend that alert."""
+    nonfinite = [a for a in alerts if a.kind is AlertKind.NONFINITE]
+    if not nonfinite:
+        return alerts
+    if first_layer is None:
+        first_layer = min(nonfinite, key=lambda a: a.step).layer
+    return [
+        a
+        if a.kind is not AlertKind.NONFINITE or a.layer == first_layer
+        else LayerAlert(a.kind, first_layer, a.step, a.value, a.message)
+        for a in alerts
+    ]
 
 
 def _gradient_alerts(

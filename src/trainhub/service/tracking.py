@@ -257,9 +257,7 @@ class TrackingService:
                     ]
                 )
             repo.upsert_metrics(trial_id, attempt, points, now)
-            alerts = [a for step, values in points for a in layer_alerts.evaluate(step, values)]
-            if alerts:
-                repo.record_layer_alerts(trial_id, alerts, now)
+            self._raise_layer_alerts(repo, trial_id, points, now)
             for _, values in sorted(points, key=lambda p: p[0]):
                 latest.update(values)
             top = max(step for step, _ in points) if points else None
@@ -268,6 +266,23 @@ class TrackingService:
             repo.update_trial(
                 trial_id, TrialUpdate(latest_metrics=latest, progress=progress or KEEP)
             )
+
+    @staticmethod
+    def _raise_layer_alerts(
+        repo: Repository, trial_id: int, points: list[tuple[int, dict[str, float]]], now: float
+    ) -> None:
+        """Alerts from the ``layers/*`` metrics of ``ctx.watch`` (rules: core.layer_alerts)."""
+        alerts = [a for step, values in points for a in layer_alerts.evaluate(step, values)]
+        if not alerts:
+            return
+        if any(a.kind is layer_alerts.AlertKind.NONFINITE for a in alerts):
+            known = [
+                a.layer
+                for a in repo.list_layer_alerts(trial_id)
+                if a.kind == layer_alerts.AlertKind.NONFINITE
+            ]
+            alerts = layer_alerts.attribute_nonfinite(alerts, known[0] if known else None)
+        repo.record_layer_alerts(trial_id, alerts, now)
 
     def list_metrics(
         self, principal: Principal, trial_id: int, after_step: int | None, limit: int
