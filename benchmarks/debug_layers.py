@@ -41,10 +41,7 @@ def digits(batch: int, image_size: int | None) -> Batches:
     bunch = load_digits()
     x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1)
     x = (x - x.mean()) / x.std()
-    if image_size is not None:
-        x = nn.functional.interpolate(x, size=image_size)
-    else:
-        x = x.flatten(1)
+    x = nn.functional.interpolate(x, size=image_size) if image_size is not None else x.flatten(1)
     y = torch.tensor(bunch.target)
     return [(x[i : i + batch], y[i : i + batch]) for i in range(0, len(x) - batch + 1, batch)]
 
@@ -120,7 +117,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     cases = [
-        ("lenet5", lambda: LeNet5(), digits(64, 28)),
+        ("lenet5", LeNet5, digits(64, 28)),
         ("mlp", mlp, digits(64, None)),
     ]
     for name, make, batches in cases:

@@ -291,8 +291,10 @@ class LayerWatch:
                     sample.stats[(layer.index, "act_std")] = std
                     if layer.kind == "dead" and values.dim() >= 2:
                         # a unit: a feature, or a channel of a feature map (dim 1)
-                        units = values.transpose(0, 1).reshape(values.shape[1], -1)
-                        alive = (units > 0).any(dim=1)
+                        positive = values > 0
+                        if positive.dim() > 2:
+                            positive = positive.flatten(2).any(dim=2)
+                        alive = positive.any(dim=0)
                         sample.stats[(layer.index, "dead_fraction")] = 1.0 - alive.float().mean()
                     elif layer.kind == "saturated_tanh":
                         flat = values.abs() > _SATURATION
