@@ -269,3 +269,24 @@ def test_deep_sigmoids_vanish_and_a_large_init_explodes() -> None:
     found = _alerts(points)
     assert ("exploding_gradients", "0") in found
     assert not any(kind == "vanishing_gradients" for kind, _ in found)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_the_values_match_the_cpu_and_arrive_without_a_sync() -> None:
+    torch.manual_seed(0)
+    cpu_model = mlp(4, 8, 3)
+    gpu_model = copy.deepcopy(cpu_model).cuda()
+    cpu_points, cpu_report = recorder()
+    gpu_points, gpu_report = recorder()
+    watch = LayerWatch(gpu_model, every=2, report=gpu_report)
+    cpu_watch = LayerWatch(cpu_model, every=2, report=cpu_report)
+    x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
+    train(cpu_model, 5, x, y)
+    train(gpu_model, 5, x.cuda(), y.cuda())
+    watch.flush()
+    cpu_watch.flush()
+    assert [s for s, _ in gpu_points] == [s for s, _ in cpu_points] == [0, 2, 4]
+    for (_, g), (_, c) in zip(gpu_points, cpu_points, strict=True):
+        assert g.keys() == c.keys()
+        for key in g:
+            assert g[key] == pytest.approx(c[key], rel=1e-4, abs=1e-6), key
