@@ -276,8 +276,9 @@ class LayerWatch:
                 return
             with torch.no_grad():
                 out = output.detach()
-                sample.forward_bad.append((layer.index, ~torch.isfinite(out).all()))
-                if layer.shipped:
+                if not layer.shipped:
+                    sample.forward_bad.append((layer.index, _nonfinite(out)))
+                else:
                     values = out.float()
                     std, mean = (
                         torch.std_mean(values)
@@ -287,6 +288,10 @@ class LayerWatch:
                             values.mean(),
                         )
                     )
+                    # a NaN or an infinity anywhere makes the mean or the std non-finite: no
+                    # second pass over the activations
+                    bad = ~(torch.isfinite(mean) & torch.isfinite(std))
+                    sample.forward_bad.append((layer.index, bad))
                     sample.stats[(layer.index, "act_mean")] = mean
                     sample.stats[(layer.index, "act_std")] = std
                     if layer.kind == "dead" and values.dim() >= 2:
@@ -306,7 +311,7 @@ class LayerWatch:
                 # a tensor hook that returns None observes the gradient and leaves it as it is
                 def on_grad(grad: torch.Tensor) -> None:
                     with torch.no_grad():
-                        sample.backward_bad.append((layer.index, ~torch.isfinite(grad).all()))
+                        sample.backward_bad.append((layer.index, _nonfinite(grad)))
 
                 output.register_hook(on_grad)  # type: ignore[no-untyped-call]
 
@@ -437,6 +442,12 @@ def _first_flagged(order: list[int], flags: list[float]) -> int | None:
         if flag:
             return index
     return None
+
+
+def _nonfinite(t: torch.Tensor) -> torch.Tensor:
+    """True (a device tensor) when ``t`` holds a NaN or an infinity: one reduction pass, its sum
+    in float32 (a sum that overflows float32 is as good as infinite here)."""
+    return ~torch.isfinite(t.sum(dtype=torch.float32))
 
 
 def _norm(params: list[nn.Parameter]) -> torch.Tensor:
