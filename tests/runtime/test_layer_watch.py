@@ -290,3 +290,15 @@ def test_on_a_gpu_the_values_match_the_cpu_and_arrive_without_a_sync() -> None:
         assert g.keys() == c.keys()
         for key in g:
             assert g[key] == pytest.approx(c[key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_forward_that_raises_does_not_stop_the_watch() -> None:
+    model = mlp(4, 8, 3)
+    points, report = recorder()
+    watch = LayerWatch(model, every=1, report=report)
+    with pytest.raises(RuntimeError):
+        model(torch.randn(2, 5))  # wrong input width
+    assert not model[0]._forward_hooks  # the sampled step's hooks are gone
+    train(model, 2, torch.randn(2, 4), torch.randint(0, 3, (2,)))
+    watch.flush()
+    assert [s for s, _ in points] == [0, 1, 2]

@@ -190,7 +190,8 @@ class LayerWatch:
         self._readouts: list[_Readout] = []
         self._root_handles = [
             self._root.register_forward_pre_hook(self._on_root_pre_forward),
-            self._root.register_forward_hook(self._on_root_forward),
+            # always_call: a forward that raises still ends the step's hooks
+            self._root.register_forward_hook(self._on_root_forward, always_call=True),
         ]
 
     @staticmethod
