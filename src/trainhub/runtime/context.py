@@ -673,6 +673,46 @@ class Context:
         # the code this signal interrupted
         raise SystemExit(128 + signum)
 
+    # --- training dynamics of samples (docs/debugging.md) ---
+
+    def track_samples(
+        self,
+        ids: torch.Tensor,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        epoch: int | None = None,
+        source: str | None = None,
+    ) -> None:
+        """Record each sample's margin, probability, loss and prediction for ``trainhub debug``.
+
+        Call it on every rank after the forward pass of each training step; it never waits on
+        the device or the network (records are shipped in batches, at epoch ends and exit).
+
+        Args:
+            ids: Sample ids of the batch (a dataset's ``with_ids()`` yields them).
+            logits: The model's ``(batch, classes)`` output.
+            labels: The labels trained with.
+            epoch: The epoch (needed with several ranks); default: how often seen before.
+            source: The dataset the ids index, e.g. ``splits.source`` (for image grids).
+
+        Example:
+            >>> for x, y, ids in loader:  # doctest: +SKIP
+            ...     logits = model(x)
+            ...     ctx.track_samples(ids, logits, y, epoch=epoch, source=splits.source)
+        """
+        from trainhub.runtime.sample_tracking import make_tracker
+
+        if getattr(self, "_sample_tracker", None) is None:
+            env, options = self._env, self._options
+            self._sample_tracker = make_tracker(
+                device=self._device, rank=env.rank, attempt=env.attempt, api_url=env.api_url,
+                token=env.token, trial_id=env.trial_id, request_timeout_s=options.request_timeout_s,
+                retry_initial_s=options.retry_initial_s, retry_max_s=options.retry_max_s,
+                flush_timeout_s=options.flush_timeout_s, local_dir=options.metrics_file.parent,
+            )  # fmt: skip
+        self._sample_tracker.track(ids, logits, labels, epoch=epoch, source=source)
+
 
 def _as_step(step: object) -> int:
     if isinstance(step, bool) or not isinstance(step, SupportsIndex):
