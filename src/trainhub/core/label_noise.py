@@ -186,7 +186,9 @@ class ClassReport:
     flagged: list[int]  # flagged samples per given label
 
 
-def class_report(scores: SampleScores, num_classes: int | None = None, top: int = 10) -> ClassReport:
+def class_report(
+    scores: SampleScores, num_classes: int | None = None, top: int = 10
+) -> ClassReport:
     if num_classes is None:
         seen = [int(scores.labels.max()), int(scores.last_prediction.max())] if len(scores) else []
         num_classes = max(seen, default=-1) + 1
@@ -194,9 +196,7 @@ def class_report(scores: SampleScores, num_classes: int | None = None, top: int 
     cells = np.bincount(scores.labels * k + scores.last_prediction, minlength=k * k)
     confusion = cells[: k * k].reshape(k, k)
     totals = confusion.sum(axis=1)
-    accuracy = [
-        float(confusion[c, c] / totals[c]) if totals[c] else None for c in range(k)
-    ]
+    accuracy = [float(confusion[c, c] / totals[c]) if totals[c] else None for c in range(k)]
     off = confusion.copy()
     np.fill_diagonal(off, 0)
     pairs = [

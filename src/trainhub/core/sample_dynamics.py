@@ -7,7 +7,7 @@ Pleiss et al. 2020 once averaged), the softmax probability of the given label, a
 
 The runtime sends records in columns (:class:`~trainhub.runtime.protocol.SampleRecordsBatch`);
 the control plane checks them (:func:`records_from_columns`) and stores each batch packed
-(:func:`pack`: 20 bytes per record, floats as float16) in one row. Pure: no I/O.
+(:func:`pack`: 22 bytes per record, floats as float16) in one row. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -132,7 +132,9 @@ def pack(records: SampleRecords) -> bytes:
     """The records as compact bytes: a header, then each column in its stored dtype."""
     parts = [_MAGIC, struct.pack("<Q", len(records))]
     for column in _ALL:
-        parts.append(np.ascontiguousarray(getattr(records, column), dtype=_DTYPES[column]).tobytes())
+        parts.append(
+            np.ascontiguousarray(getattr(records, column), dtype=_DTYPES[column]).tobytes()
+        )
     return b"".join(parts)
 
 
@@ -147,7 +149,9 @@ def unpack(data: bytes) -> SampleRecords:
         dtype = np.dtype(_DTYPES[column])
         arrays.append(np.frombuffer(data, dtype=dtype, count=n, offset=offset))
         offset += n * dtype.itemsize
-    ints = [a.astype(_DTYPES[c].replace("<", "=")) for a, c in zip(arrays[:4], INT_COLUMNS)]
+    ints = [
+        a.astype(_DTYPES[c].replace("<", "=")) for a, c in zip(arrays[:4], INT_COLUMNS, strict=True)
+    ]
     floats = [a.astype(np.float32) for a in arrays[4:]]
     return SampleRecords(*ints, *floats)
 
@@ -156,3 +160,18 @@ def concat(parts: Sequence[SampleRecords]) -> SampleRecords:
     if not parts:
         return SampleRecords.empty()
     return SampleRecords(*(np.concatenate([getattr(p, c) for p in parts]) for c in _ALL))
+
+
+def latest_attempt_only(parts: Sequence[SampleRecords], attempts: Sequence[int]) -> SampleRecords:
+    """The records of ``parts`` where, for each sample and epoch, only the highest attempt's
+    record stays (a trial restarted from a checkpoint trains some epochs again)."""
+    if len(set(attempts)) <= 1:
+        return concat(parts)
+    records = concat(parts)
+    attempt = np.concatenate([np.full(len(p), a) for p, a in zip(parts, attempts, strict=True)])
+    order = np.lexsort((attempt, records.epochs, records.ids))
+    ids, epochs = records.ids[order], records.epochs[order]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = (ids[1:] != ids[:-1]) | (epochs[1:] != epochs[:-1])
+    keep = np.sort(order[last])
+    return SampleRecords(*(getattr(records, c)[keep] for c in _ALL))

@@ -1,4 +1,4 @@
-"""In-memory datasets that know their samples' ids (``ctx.track_samples``, ``clone --drop-flagged``).
+"""In-memory datasets that know their samples' ids (for ``ctx.track_samples``, ``clone``).
 
 A sample id is the sample's index in the dataset's source files (the 10,000 MNIST test images,
 sklearn's 1,797 digits), so it names the same image in every trial whatever the split seed.

@@ -49,7 +49,9 @@ class SampleFilter:
         return cls(drop, relabel)
 
 
-def apply_sample_filter(dataset: Dataset[T], sample_filter: SampleFilter | None = None) -> Dataset[T]:
+def apply_sample_filter(
+    dataset: Dataset[T], sample_filter: SampleFilter | None = None
+) -> Dataset[T]:
     """``dataset`` without the dropped samples and with the relabeled labels replaced.
 
     Args:

@@ -152,7 +152,9 @@ class SampleTracker:
                 f"ids and labels must be ({size},) like the logits' batch; got "
                 f"{tuple(ids.shape)} and {tuple(labels.shape)}"
             )
-        if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
+        if epoch is not None and (
+            isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0
+        ):
             raise ValueError(f"epoch must be an int >= 0; got {epoch!r}")
         if source is not None:
             self._source = str(source)[:_MAX_SOURCE_CHARS]
@@ -171,7 +173,9 @@ class SampleTracker:
             if self._used + size > self.capacity:
                 self._flush_locked()
             if size > self.capacity:
-                raise ValueError(f"a batch of {size} exceeds the tracker's capacity {self.capacity}")
+                raise ValueError(
+                    f"a batch of {size} exceeds the tracker's capacity {self.capacity}"
+                )
             end = self._used + size
             with torch.no_grad():
                 self._logits[self._used : end].copy_(logits.detach(), non_blocking=True)
@@ -199,9 +203,7 @@ class SampleTracker:
             others = z.scatter(1, y, float("-inf")).amax(1, keepdim=True)
             log_prob = given - torch.logsumexp(z, 1, keepdim=True)
             floats = torch.cat([given - others, log_prob], 1).cpu().numpy()
-            ints = torch.stack(
-                [self._ids[: self._used], y.view(-1), z.argmax(1)], 1
-            ).cpu().numpy()
+            ints = torch.stack([self._ids[: self._used], y.view(-1), z.argmax(1)], 1).cpu().numpy()
         epochs = self._epoch_column(ints[:, 0])
         self._used = 0
         self._epochs = []
@@ -262,7 +264,8 @@ class SampleTracker:
 
 def _half(values: np.ndarray) -> np.ndarray:
     """float16 precision (what is stored), clipped to its range, as float64 for JSON."""
-    return np.clip(values, -65504.0, 65504.0).astype(np.float16).astype(np.float64)
+    half: np.ndarray = np.clip(values, -65504.0, 65504.0).astype(np.float16)
+    return half.astype(np.float64)
 
 
 def make_tracker(
