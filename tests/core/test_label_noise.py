@@ -113,7 +113,8 @@ def test_records_pack_compactly_and_keep_the_latest_attempt() -> None:
     packed = pack(records)
     assert len(packed) == 13 + 22 * len(records)  # 22 bytes a record
     back = unpack(packed)
-    assert (back.ids == records.ids).all() and (back.predictions == records.predictions).all()
+    assert (back.ids == records.ids).all()
+    assert (back.predictions == records.predictions).all()
     assert np.allclose(back.margins, records.margins, atol=1e-2, rtol=1e-3)
     # attempt 2 trained epochs 6-7 again: its records replace attempt 1's
     late = records.epochs >= 6

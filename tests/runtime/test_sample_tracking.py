@@ -138,11 +138,12 @@ def test_a_clones_filter_drops_and_relabels_training_samples(
         json.dumps({"drop": drop, "relabel": {str(k): v for k, v in relabel.items()}}),
     )
     loader = make_data_loader(splits.train.with_ids(), 2000, shuffle=True, rank=0, world_size=1)
-    ((x, y, got_ids),) = list(loader)
+    ((_x, y, got_ids),) = list(loader)
     assert len(got_ids) == len(ids) - 5
     assert not set(drop) & set(got_ids.tolist())
     labels = dict(zip(got_ids.tolist(), y.tolist(), strict=True))
-    assert labels[ids[10]] == 3 and labels[ids[11]] == 4
+    assert labels[ids[10]] == 3
+    assert labels[ids[11]] == 4
     # validation loaders (not shuffled) are left alone
     val = make_data_loader(splits.train, 2000, shuffle=False, rank=0, world_size=1)
     assert sum(len(b[0]) for b in val) == len(ids)
