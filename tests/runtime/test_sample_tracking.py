@@ -153,3 +153,23 @@ def test_a_clones_filter_drops_and_relabels_training_samples(
     assert apply_sample_filter(plain) is plain
     with pytest.raises(ValueError, match=protocol.ENV_SAMPLE_FILTER):
         SampleFilter.from_env({protocol.ENV_SAMPLE_FILTER: "[1, 2"})
+
+
+def test_the_wire_bounds_match_the_control_planes(tmp_path: Path) -> None:
+    from trainhub.core import limits
+    from trainhub.runtime.sample_tracking import SEND_RECORDS
+    from trainhub.service.steering import SAMPLE_FILTER_ENV
+
+    assert protocol.MAX_SAMPLE_RECORDS_PER_REQUEST == limits.MAX_SAMPLE_RECORDS_PER_REQUEST
+    assert protocol.MAX_SAMPLE_CLASSES == limits.MAX_SAMPLE_CLASSES
+    assert protocol.ENV_SAMPLE_FILTER == SAMPLE_FILTER_ENV
+    assert SEND_RECORDS <= limits.MAX_SAMPLE_RECORDS_PER_REQUEST
+    # the largest request the tracker sends (huge ids, long floats) fits the JSON body bound
+    path = tmp_path / "big.jsonl"
+    tracker = SampleTracker(torch.device("cpu"), LocalSampleSink(path))
+    ids = torch.arange(2**62, 2**62 + SEND_RECORDS)
+    logits = torch.randn(SEND_RECORDS, 10) * 1000 + 1 / 3
+    tracker.track(ids, logits, torch.full((SEND_RECORDS,), 9), epoch=123456)
+    tracker.close()
+    (line,) = path.read_text().splitlines()
+    assert len(line.encode()) < limits.MAX_JSON_BODY_BYTES
