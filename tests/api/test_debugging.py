@@ -150,3 +150,18 @@ def test_sample_store_on_every_database(db_url: str, tmp_path: Path) -> None:
         assert score_samples(unpack(back.data)).flagged.sum() == len(FLIPPED)
     finally:
         api.services.uow.engine.dispose()  # type: ignore[attr-defined]
+
+
+def test_the_control_plane_draws_grids_without_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from trainhub.adapters.sample_gallery import DatasetGallery\n"
+        "from trainhub.service.debugging import Tile\n"
+        "png = DatasetGallery().grid_png('digits', [Tile(5, 1, 2, 0.5)])\n"
+        "assert png.startswith(b'\\x89PNG')\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
