@@ -65,3 +65,27 @@ def test_clone_without_flagged_samples_or_with_new_labels(
     result = cli("clone", str(trial_id), "--relabel", str(fixes))
     assert result.exit_code == 2
     assert "needs columns 'id' and 'label'" in result.output
+
+
+def test_debug_reads_a_standalone_runs_records_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from tests.api.test_debugging import dynamics
+    from trainhub.cli.main import app
+
+    records = tmp_path / "trainhub-samples.jsonl"
+    records.write_text("".join(json.dumps(dynamics(e, f"e{e}")) + "\n" for e in range(6)))
+    out_png = tmp_path / "top.png"
+    result = CliRunner().invoke(
+        app, ["debug", str(records), "--top", "5", "--png", str(out_png)], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert f"standalone run: {NUM} samples over 6 epochs" in result.output
+    for sample in FLIPPED:
+        assert f"{sample}*" in result.output
+    assert out_png.read_bytes().startswith(b"\x89PNG")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{}\n")
+    result = CliRunner().invoke(app, ["debug", str(bad)])
+    assert result.exit_code == 2
+    assert "not a sample records file" in result.output
