@@ -144,6 +144,9 @@ def test_a_clones_filter_drops_and_relabels_training_samples(
     labels = dict(zip(got_ids.tolist(), y.tolist(), strict=True))
     assert labels[ids[10]] == 3
     assert labels[ids[11]] == 4
+    # trainhub.data's own loader too
+    batches = list(data.make_loader(splits.train.with_ids(), 2000, rank=0, world_size=1))
+    assert sum(len(b[0]) for b in batches) == len(ids) - 5
     # validation loaders (not shuffled) are left alone
     val = make_data_loader(splits.train, 2000, shuffle=False, rank=0, world_size=1)
     assert sum(len(b[0]) for b in val) == len(ids)

@@ -1,8 +1,8 @@
 """Leave out or relabel training samples named by ``trainhub clone --drop-flagged/--relabel``.
 
 The clone's trial gets ``TRAINHUB_SAMPLE_FILTER`` (JSON ``{"drop": [ids], "relabel": {"id":
-label}}``). :meth:`Context.prepare_data_loader` applies it to shuffled (training) datasets that
-carry sample ids (``trainhub.data``'s in-memory datasets); :func:`apply_sample_filter` applies
+label}}``). :meth:`Context.prepare_data_loader` and ``trainhub.data.make_loader`` apply it to
+shuffled (training) datasets that carry sample ids (``trainhub.data``'s in-memory datasets); :func:`apply_sample_filter` applies
 it to any such dataset explicitly. Datasets without ids are left as they are, with a warning.
 """
 
