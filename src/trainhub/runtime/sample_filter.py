@@ -2,8 +2,9 @@
 
 The clone's trial gets ``TRAINHUB_SAMPLE_FILTER`` (JSON ``{"drop": [ids], "relabel": {"id":
 label}}``). :meth:`Context.prepare_data_loader` and ``trainhub.data.make_loader`` apply it to
-shuffled (training) datasets that carry sample ids (``trainhub.data``'s in-memory datasets); :func:`apply_sample_filter` applies
-it to any such dataset explicitly. Datasets without ids are left as they are, with a warning.
+shuffled (training) datasets that carry sample ids (``trainhub.data``'s in-memory datasets);
+:func:`apply_sample_filter` applies it to any such dataset explicitly. Datasets without ids
+are left as they are, with a warning.
 """
 
 from __future__ import annotations
