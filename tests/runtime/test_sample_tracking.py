@@ -176,3 +176,22 @@ def test_the_wire_bounds_match_the_control_planes(tmp_path: Path) -> None:
     tracker.close()
     (line,) = path.read_text().splitlines()
     assert len(line.encode()) < limits.MAX_JSON_BODY_BYTES
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_tracking_on_a_gpu_never_synchronises_with_the_host(tmp_path: Path) -> None:
+    device = torch.device("cuda")
+    tracker = SampleTracker(device, LocalSampleSink(tmp_path / "s.jsonl"), capacity=4096)
+    ids = torch.arange(256, device=device)
+    labels = ids % 10
+    tracker.track(ids, torch.randn(256, 10, device=device), labels, epoch=0)  # allocates
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any synchronising call raises
+    try:
+        for _ in range(8):
+            tracker.track(ids, torch.randn(256, 10, device=device), labels, epoch=0)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    tracker.close()
+    lines = _lines(tmp_path / "s.jsonl")
+    assert sum(len(b["ids"]) for b in lines) == 9 * 256
