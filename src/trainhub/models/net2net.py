@@ -113,7 +113,9 @@ def wider(model: nn.Module, layer_name: str, factor: float, *, noise: float = 0.
         GrowthError: the layer does not exist, is of another kind, or its output cannot widen.
     """
     if not 1.0 <= factor <= _MAX_FACTOR:
-        raise GrowthError(f"wider {layer_name}: factor must lie in [1, {_MAX_FACTOR}]; got {factor}")
+        raise GrowthError(
+            f"wider {layer_name}: factor must lie in [1, {_MAX_FACTOR}]; got {factor}"
+        )
     if noise < 0:
         raise GrowthError(f"wider {layer_name}: noise must be >= 0; got {noise}")
     layer = _layer(model, layer_name)
@@ -128,8 +130,9 @@ def wider(model: nn.Module, layer_name: str, factor: float, *, noise: float = 0.
             f"{type(layer).__name__}"
         )
     if isinstance(layer, nn.Conv2d) and layer.groups != 1:
-        raise GrowthError(f"wider {layer_name}: grouped convolutions (groups={layer.groups}) "
-                          "do not widen")
+        raise GrowthError(
+            f"wider {layer_name}: grouped convolutions (groups={layer.groups}) do not widen"
+        )
     old = _width(layer)
     new = round(old * factor)
     consumers = _consumers(model, layer_name)
@@ -186,8 +189,9 @@ def deeper(model: nn.Module, layer_name: str) -> nn.Module:
     grown = copy.deepcopy(model)
     width = _width(layer)
     inserted: list[nn.Module] = [_layer(grown, tail), nn.ReLU()]
+    identity: nn.Linear | nn.Conv2d
     if isinstance(layer, nn.Linear):
-        identity: nn.Module = nn.Linear(width, width, bias=layer.bias is not None)
+        identity = nn.Linear(width, width, bias=layer.bias is not None)
         with torch.no_grad():
             identity.weight.copy_(torch.eye(width))
     else:
@@ -202,6 +206,7 @@ def deeper(model: nn.Module, layer_name: str) -> nn.Module:
     if tail != layer_name:
         norm = type(_layer(model, tail))(width)  # same BatchNorm kind
         assert isinstance(norm, nn.BatchNorm1d | nn.BatchNorm2d)
+        assert norm.running_var is not None
         with torch.no_grad():
             norm.running_var.fill_(1.0 - norm.eps)  # sqrt(var + eps) = 1: exactly identity
         inserted.append(norm)
@@ -230,13 +235,12 @@ def _node(graph: fx.GraphModule, layer_name: str) -> fx.Node:
             f"growing {layer_name}: the layer is called {len(calls)} times in forward; only a "
             "layer called once can grow"
         )
-    return calls[0]
+    node: fx.Node = calls[0]
+    return node
 
 
 def _is_module(graph: fx.GraphModule, node: fx.Node, kinds: tuple[type[nn.Module], ...]) -> bool:
-    return node.op == "call_module" and isinstance(
-        graph.get_submodule(str(node.target)), kinds
-    )
+    return node.op == "call_module" and isinstance(graph.get_submodule(str(node.target)), kinds)
 
 
 def _is_relu(graph: fx.GraphModule, node: fx.Node) -> bool:
@@ -352,10 +356,11 @@ def _shares(mapping: torch.Tensor, old: int, noise: float) -> torch.Tensor:
 
 
 def _widen_outputs(layer: nn.Module, mapping: torch.Tensor) -> nn.Module:
+    assert isinstance(layer, nn.Linear | nn.Conv2d)
     weight = layer.weight.detach()
     bias = None if layer.bias is None else layer.bias.detach()
     new = len(mapping)
-    grown: nn.Module
+    grown: nn.Linear | nn.Conv2d
     if isinstance(layer, nn.Linear):
         grown = nn.Linear(layer.in_features, new, bias=bias is not None)
     else:
@@ -364,7 +369,7 @@ def _widen_outputs(layer: nn.Module, mapping: torch.Tensor) -> nn.Module:
     grown = grown.to(weight.device, weight.dtype)
     with torch.no_grad():
         grown.weight.copy_(weight[mapping])
-        if bias is not None:
+        if bias is not None and grown.bias is not None:
             grown.bias.copy_(bias[mapping])
     return grown
 
@@ -393,9 +398,10 @@ def _widen_norm(norm: nn.Module, mapping: torch.Tensor) -> nn.Module:
 def _widen_inputs(
     layer: nn.Module, mapping: torch.Tensor, shares: torch.Tensor, old: int, flattened: bool
 ) -> nn.Module:
+    assert isinstance(layer, nn.Linear | nn.Conv2d)
     weight = layer.weight.detach()
     new = len(mapping)
-    grown: nn.Module
+    grown: nn.Linear | nn.Conv2d
     if isinstance(layer, nn.Linear):
         block = layer.in_features // old  # features per channel after a flatten (H*W)
         if layer.in_features != block * old or (block != 1 and not flattened):
@@ -416,7 +422,7 @@ def _widen_inputs(
         scale = shares.to(weight.dtype).to(weight.device)[None, :, None, None]
         with torch.no_grad():
             grown.weight.copy_(weight[:, mapping] * scale)
-    if layer.bias is not None:
+    if layer.bias is not None and grown.bias is not None:
         with torch.no_grad():
             grown.bias.copy_(layer.bias.detach())
     return grown

@@ -20,6 +20,7 @@ ENV_ATTEMPT = "TRAINHUB_ATTEMPT"  # 1 for the first run of a trial, 2 after a re
 ENV_HPARAMS = "TRAINHUB_HPARAMS"  # JSON object of hyperparameters
 ENV_RESTORE_CHECKPOINT = "TRAINHUB_RESTORE_CHECKPOINT"  # checkpoint id to restore, or unset
 ENV_DISTRIBUTED = "TRAINHUB_DISTRIBUTED"  # JSON of the spec's distributed section, if any
+ENV_DISTILL = "TRAINHUB_DISTILL"  # JSON of the spec's distill section, if any
 ENV_SPOOL_DIR = "TRAINHUB_SPOOL_DIR"  # node-local scratch directory of this attempt
 
 # --- optional tuning of the runtime (the executor may set them; the runtime has defaults) ---
@@ -53,6 +54,11 @@ def checkpoints_path(trial_id: int) -> str:
 def checkpoint_file_path(trial_id: int, checkpoint_id: int) -> str:
     """GET the bytes of a checkpoint."""
     return f"{API_PREFIX}/trials/{trial_id}/checkpoints/{checkpoint_id}/file"
+
+
+def teacher_weights_path(trial_id: int) -> str:
+    """GET the weights of the teacher the trial's ``distill`` section names."""
+    return f"{API_PREFIX}/trials/{trial_id}/teacher-weights"
 
 
 def signals_path(trial_id: int) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainhub.core import limits
+from trainhub.core.distill_spec import parse_teacher
 from trainhub.core.errors import (
     Conflict,
     FieldError,
@@ -444,6 +445,33 @@ class TrackingService:
             if checkpoint is None or (checkpoint.trial_id != trial_id and not restores):
                 raise NotFound(f"checkpoint {checkpoint_id} of trial {trial_id} does not exist")
         return checkpoint, self.store.iter_chunks(checkpoint.storage_key)
+
+    def teacher_chunks(self, principal: Principal, trial_id: int) -> tuple[int, Iterator[bytes]]:
+        """The weights of the teacher that trial ``trial_id``'s spec distils from, for its own
+        runtime (or a reader of its tenant): size and chunks.
+
+        ``distill.teacher: trial:ID`` is the latest checkpoint of that trial, which must belong
+        to the same tenant. A registered model (``NAME[:VERSION]``) is served by the model
+        registry's route.
+        """
+        with self.uow() as repo:
+            trial = _trial_for(repo, principal, trial_id, write=False)
+            section = repo.experiment_of(trial_id).spec.get("distill")
+            if not section:
+                raise NotFound(f"trial {trial_id} distils from no teacher (no distill section)")
+            ref = parse_teacher(str(section.get("teacher", "")))
+            if ref.kind != "trial" or ref.trial_id is None:
+                raise NotFound(
+                    f"teacher {ref} is a registered model: fetch it from the model registry"
+                )
+            teacher = repo.get_trial(ref.trial_id)
+            if teacher is None or teacher.tenant != trial.tenant:
+                raise NotFound(f"teacher trial {ref.trial_id} does not exist in this tenant")
+            checkpoints = repo.list_checkpoints(ref.trial_id)
+            if not checkpoints:
+                raise NotFound(f"teacher trial {ref.trial_id} has no checkpoint yet")
+            latest = max(checkpoints, key=lambda c: (c.step, c.id))
+        return latest.size_bytes, self.store.iter_chunks(latest.storage_key)
 
     def checkpoint_data(self, principal: Principal, trial_id: int, checkpoint_id: int) -> bytes:
         _, chunks = self.checkpoint_chunks(principal, trial_id, checkpoint_id)
