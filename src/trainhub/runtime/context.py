@@ -702,6 +702,7 @@ class Context:
             spec=spec,
             api_url=self._env.api_url,
             token=self._env.token,
+            trial_id=self._env.trial_id,
             device=self.device,
             example_input=example_input,
             **settings,
