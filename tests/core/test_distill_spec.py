@@ -94,3 +94,10 @@ def test_a_misspelt_field_gets_the_sections_own_suggestion() -> None:
     (error,) = info.value.errors
     assert "did you mean 'temperature'?" in error.hint
     assert "hint_weight" in error.hint
+
+
+def test_both_sides_name_the_same_variable() -> None:
+    from trainhub.distill_contract import ENV_DISTILL
+    from trainhub.runtime import protocol
+
+    assert protocol.ENV_DISTILL == ENV_DISTILL

@@ -688,8 +688,14 @@ class Context:
         The spec's ``distill`` section names the teacher (fetched on every rank) and the
         temperature, alpha and hints; ``weights`` (a path or state dict) and ``settings``
         (``temperature``, ``alpha``, ``hints``, ``hint_weight``) override it. Add
-        ``distiller.parameters()`` (the hint adapters) to the optimizer. See
+        ``distiller.parameters()`` (the hint adapters) to the optimizer. Every rank calls it
+        (after ``prepare_model``) and holds its own teacher in eval mode on its device; with
+        hints and several ranks, ``distiller.loss`` is a collective like the backward. See
         :mod:`trainhub.runtime.distill` and docs/models.md.
+
+        Example:
+            >>> distiller = ctx.distiller(model, Teacher())  # doctest: +SKIP
+            >>> loss = distiller.loss(x, model(x), y)  # doctest: +SKIP
         """
         from trainhub.distill_contract import DistillSpec
         from trainhub.runtime.distill import make_distiller
