@@ -53,15 +53,3 @@ def test_a_student_trial_distils_from_a_teacher_trial(control_plane: ControlPlan
     sums = [re.findall(r"adapter_sum=(\S+)", control_plane.log(trial_id, r)) for r in (0, 1)]
     assert sums[0]
     assert sums[0] == sums[1]
-
-
-def test_a_missing_teacher_fails_the_trial_with_a_clear_message(
-    control_plane: ControlPlaneProcess,
-) -> None:
-    distill = {"teacher": "trial:999"}
-    student = control_plane.submit(spec("orphan", "student.py", 1, distill=distill), WORKLOAD)
-    trial_id = student["trials"][0]["id"]
-    control_plane.wait_for(trial_id, lambda t: t["state"] == "FAILED", 60, "FAILED")
-    assert "teacher trial:999 does not exist or this trial may not read it" in control_plane.log(
-        trial_id, 0
-    )

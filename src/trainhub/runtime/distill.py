@@ -386,13 +386,18 @@ def _get(api_url: str, token: str | None, path: str, what: str, timeout_s: float
         response = httpx.get(api_url + path, headers=headers, timeout=timeout_s)
     except httpx.TransportError as exc:
         raise TeacherError(f"{what}: the control plane cannot be reached ({exc})") from None
-    if response.status_code == 404:
-        raise TeacherError(
-            f"{what} does not exist or this trial may not read it: register the teacher as a "
-            "model visible to this experiment's tenant"
-        )
     if response.status_code >= 400:
-        raise TeacherError(f"{what}: the control plane answered {response.status_code}")
+        try:
+            said = str(response.json().get("message", ""))
+        except ValueError:
+            said = ""
+        said = f" ({said})" if said else ""
+        if response.status_code == 404:
+            raise TeacherError(
+                f"{what} does not exist or this trial may not read it{said}: name a trial of "
+                "this tenant with a checkpoint, or a registered model shared with it"
+            )
+        raise TeacherError(f"{what}: the control plane answered {response.status_code}{said}")
     return response.content
 
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainhub.core import limits
-from trainhub.core.distill_spec import parse_teacher
 from trainhub.core.errors import (
     Conflict,
     FieldError,
@@ -28,6 +27,7 @@ from trainhub.service.keys import checkpoint_key, log_key
 from trainhub.service.ports import ArtifactStore, BlobWriter, Principal
 from trainhub.service.records import KEEP, Checkpoint, MetricPoint, Tenant, Trial, TrialUpdate
 from trainhub.service.repository import Repository, UnitOfWork
+from trainhub.service.teachers import TeacherMissing, teacher_checkpoint
 
 MAX_LOG_CHUNK_BYTES = 1024 * 1024
 _METRIC_NAME = re.compile(limits.METRIC_NAME_PATTERN)
@@ -459,18 +459,15 @@ class TrackingService:
             section = repo.experiment_of(trial_id).spec.get("distill")
             if not section:
                 raise NotFound(f"trial {trial_id} distils from no teacher (no distill section)")
-            ref = parse_teacher(str(section.get("teacher", "")))
-            if ref.kind != "trial" or ref.trial_id is None:
+            teacher = str(section.get("teacher", ""))
+            try:
+                latest = teacher_checkpoint(repo, teacher, trial.tenant)
+            except TeacherMissing as exc:
+                raise NotFound(exc.message, exc.hint) from None
+            if latest is None:
                 raise NotFound(
-                    f"teacher {ref} is a registered model: fetch it from the model registry"
+                    f"teacher {teacher} is a registered model: the model registry serves it"
                 )
-            teacher = repo.get_trial(ref.trial_id)
-            if teacher is None or teacher.tenant != trial.tenant:
-                raise NotFound(f"teacher trial {ref.trial_id} does not exist in this tenant")
-            checkpoints = repo.list_checkpoints(ref.trial_id)
-            if not checkpoints:
-                raise NotFound(f"teacher trial {ref.trial_id} has no checkpoint yet")
-            latest = max(checkpoints, key=lambda c: (c.step, c.id))
         return latest.size_bytes, self.store.iter_chunks(latest.storage_key)
 
     def checkpoint_data(self, principal: Principal, trial_id: int, checkpoint_id: int) -> bytes:
