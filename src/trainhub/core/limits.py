@@ -34,6 +34,9 @@ MAX_NODE_LABELS = 64
 MAX_LABEL_CHARS = 256
 MIN_CPUS_PER_WORKER = 0.01  # Ray accounts resources in 1/10,000ths; below 0.01 is a typo
 MAX_MEMORY_GB_PER_WORKER = 100_000.0
+MAX_DISTILL_HINTS = 16  # FitNet hint pairs in a spec's distill section
+MAX_LAYER_NAME_CHARS = 200  # a module path such as blocks.3.conv1
+MAX_DISTILL_TEMPERATURE = 100.0
 
 # metrics (the names are also checked by the runtime, from the wire contract)
 MAX_METRIC_NAME_CHARS = 128

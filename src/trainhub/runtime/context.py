@@ -52,6 +52,7 @@ from trainhub.runtime.transport import Backoff, ControlPlaneClient
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from trainhub.runtime.distill import Distiller
     from trainhub.runtime.distributed import DistributedConfig, PreparedModel, StepTimer
 
 logger = logging.getLogger("trainhub.runtime")
@@ -716,6 +717,46 @@ class Context:
                 flush_timeout_s=options.flush_timeout_s, local_dir=options.metrics_file.parent,
             )  # fmt: skip
         self._sample_tracker.track(ids, logits, labels, epoch=epoch, source=source)
+
+    def distiller(
+        self,
+        student: nn.Module,
+        teacher: nn.Module | None = None,
+        *,
+        weights: str | Path | bytes | Mapping[str, Any] | None = None,
+        example_input: torch.Tensor | None = None,
+        **settings: Any,
+    ) -> Distiller:
+        """A teacher for ``student``, on this rank: ``distiller.loss(x, logits, y)`` per batch.
+
+        The spec's ``distill`` section names the teacher (fetched on every rank) and the
+        temperature, alpha and hints; ``weights`` (a path or state dict) and ``settings``
+        (``temperature``, ``alpha``, ``hints``, ``hint_weight``) override it. Add
+        ``distiller.parameters()`` (the hint adapters) to the optimizer. Every rank calls it
+        (after ``prepare_model``) and holds its own teacher in eval mode on its device; with
+        hints and several ranks, ``distiller.loss`` is a collective like the backward. See
+        :mod:`trainhub.runtime.distill` and docs/models.md.
+
+        Example:
+            >>> distiller = ctx.distiller(model, Teacher())  # doctest: +SKIP
+            >>> loss = distiller.loss(x, model(x), y)  # doctest: +SKIP
+        """
+        from trainhub.distill_contract import DistillSpec
+        from trainhub.runtime.distill import make_distiller
+
+        spec = DistillSpec.from_env()
+        return make_distiller(
+            student,
+            teacher,
+            weights=weights,
+            spec=spec,
+            api_url=self._env.api_url,
+            token=self._env.token,
+            trial_id=self._env.trial_id,
+            device=self.device,
+            example_input=example_input,
+            **settings,
+        )
 
 
 def _as_step(step: object) -> int:

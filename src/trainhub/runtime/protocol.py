@@ -20,6 +20,7 @@ ENV_ATTEMPT = "TRAINHUB_ATTEMPT"  # 1 for the first run of a trial, 2 after a re
 ENV_HPARAMS = "TRAINHUB_HPARAMS"  # JSON object of hyperparameters
 ENV_RESTORE_CHECKPOINT = "TRAINHUB_RESTORE_CHECKPOINT"  # checkpoint id to restore, or unset
 ENV_DISTRIBUTED = "TRAINHUB_DISTRIBUTED"  # JSON of the spec's distributed section, if any
+ENV_DISTILL = "TRAINHUB_DISTILL"  # JSON of the spec's distill section, if any
 ENV_SPOOL_DIR = "TRAINHUB_SPOOL_DIR"  # node-local scratch directory of this attempt
 # JSON {"drop": [sample ids], "relabel": {"id": label}} from `trainhub clone --drop-flagged`:
 # the runtime's data loaders leave out or relabel these samples (runtime/sample_filter.py)
@@ -64,6 +65,11 @@ def samples_path(trial_id: int) -> str:
     """POST a :class:`SampleRecordsBatch`; 204. Idempotent: a retry with the same uuid stores
     nothing twice."""
     return f"{API_PREFIX}/trials/{trial_id}/samples"
+
+
+def teacher_weights_path(trial_id: int) -> str:
+    """GET the weights of the teacher the trial's ``distill`` section names."""
+    return f"{API_PREFIX}/trials/{trial_id}/teacher-weights"
 
 
 def signals_path(trial_id: int) -> str:
