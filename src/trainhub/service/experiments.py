@@ -58,6 +58,7 @@ from trainhub.service.records import (
     TrialUpdate,
 )
 from trainhub.service.repository import ExperimentStore, TrialStore, UnitOfWork
+from trainhub.service.teachers import check_teacher
 from trainhub.service.trial_writes import write_trial
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,7 @@ class ExperimentService:
                 "only cluster admins may submit with priority 'urgent'", "use 'high'"
             )
         check_fits_cluster(spec.resources, self._nodes())
+        check_teacher(self.uow, tenant_name, spec)
         assert principal.user_id is not None
         key = None
         size = 0
