@@ -207,7 +207,7 @@ def test_a_ddp_model_from_prepare_model_is_looked_through(tmp_path: Path) -> Non
 def test_ctx_watch_reports_through_the_context(tmp_path: Path) -> None:
     ctx = trainhub.init(metrics_file=tmp_path / "m.jsonl")
     model = ctx.prepare_model(mlp(4, 8, 3))
-    watch = ctx.watch(model, every=2)
+    ctx.watch(model, every=2)
     train(model, 3, torch.randn(5, 4), torch.randint(0, 3, (5,)))
     ctx.close()  # ships the watch's last sample (step 2) too
     lines = (tmp_path / "m.jsonl").read_text().splitlines()
