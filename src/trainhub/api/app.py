@@ -12,7 +12,7 @@ from starlette.responses import Response as StarletteResponse
 import trainhub
 from trainhub.api.errors import install_error_handlers
 from trainhub.api.guard import FailedAuthLimiter, RequestGuard
-from trainhub.api.routes import admin, experiments, monitoring, scheduling, search, trials
+from trainhub.api.routes import admin, experiments, models, monitoring, scheduling, search, trials
 from trainhub.core import limits
 from trainhub.service.container import Services
 from trainhub.service.monitoring import MonitoringService
@@ -73,6 +73,8 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api.include_router(scheduling.router)
     api.include_router(search.router)
     api.include_router(monitoring.router)
+    api.include_router(models.router)
+    api.include_router(models.weights_router)
     app.include_router(api)
     app.include_router(monitoring.metrics_router)
     if services.monitoring is not None:

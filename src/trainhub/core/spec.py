@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from trainhub.core import limits
 from trainhub.core.distributed_spec import DistributedSpec
 from trainhub.core.errors import FieldError, InvalidSpec
+from trainhub.core.model_spec import ModelSpec
 from trainhub.core.search_space import SearchSpace, parse_space
 from trainhub.core.searcher_spec import SearcherSpec, searcher_errors
 from trainhub.core.spec_errors import field_errors_from_pydantic
@@ -163,6 +164,11 @@ class ExperimentSpec(_Strict):
     distributed: DistributedSpec = Field(
         default_factory=DistributedSpec,
         description="How ranks cooperate: communication strategy, precision, memory savings.",
+    )
+    model: ModelSpec = Field(
+        default_factory=ModelSpec,
+        description="Start from a registered model or a trial; freeze, reset, grow "
+        "(docs/models.md).",
     )
 
     @field_validator("entrypoint")

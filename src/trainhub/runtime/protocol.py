@@ -21,6 +21,7 @@ ENV_HPARAMS = "TRAINHUB_HPARAMS"  # JSON object of hyperparameters
 ENV_RESTORE_CHECKPOINT = "TRAINHUB_RESTORE_CHECKPOINT"  # checkpoint id to restore, or unset
 ENV_DISTRIBUTED = "TRAINHUB_DISTRIBUTED"  # JSON of the spec's distributed section, if any
 ENV_SPOOL_DIR = "TRAINHUB_SPOOL_DIR"  # node-local scratch directory of this attempt
+ENV_MODEL = "TRAINHUB_MODEL"  # JSON of the spec's model section (init_from pinned), if any
 
 # --- optional tuning of the runtime (the executor may set them; the runtime has defaults) ---
 ENV_FLUSH_TIMEOUT_S = "TRAINHUB_FLUSH_TIMEOUT_S"  # how long close() keeps retrying; default 600
@@ -53,6 +54,12 @@ def checkpoints_path(trial_id: int) -> str:
 def checkpoint_file_path(trial_id: int, checkpoint_id: int) -> str:
     """GET the bytes of a checkpoint."""
     return f"{API_PREFIX}/trials/{trial_id}/checkpoints/{checkpoint_id}/file"
+
+
+def init_weights_path(trial_id: int) -> str:
+    """GET the weights the trial starts from (the checkpoint file its ``model.init_from``
+    names); read by ``ctx.init_model``."""
+    return f"{API_PREFIX}/trials/{trial_id}/init-weights"
 
 
 def signals_path(trial_id: int) -> str:

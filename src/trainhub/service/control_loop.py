@@ -483,6 +483,9 @@ class ControlLoop:
         distributed = experiment.spec.get("distributed")
         if distributed:
             env[protocol.ENV_DISTRIBUTED] = json.dumps(distributed)
+        model = experiment.spec.get("model") or {}
+        if any(model.get(k) for k in ("init_from", "freeze", "reset", "grow")):
+            env[protocol.ENV_MODEL] = json.dumps(model)
         context = self.store.get(experiment.context_key) if experiment.context_key else b""
         launch = AttemptLaunch(
             attempt_key=key,
