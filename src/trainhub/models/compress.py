@@ -21,6 +21,7 @@ import gzip
 import io
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,29 +83,47 @@ def gz_size(data: bytes) -> int:
     return len(gzip.compress(data, compresslevel=9))
 
 
-def export_onnx(model: nn.Module, example: torch.Tensor, path: Path) -> Path:
-    """ONNX with a dynamic batch dimension (the TorchScript-based exporter: fast, no
-    onnxscript needed at run time)."""
+def export_onnx(
+    model: nn.Module, example: torch.Tensor, path: Path, *, dynamo: bool = False
+) -> Path:
+    """ONNX (opset 17) with a dynamic batch dimension.
+
+    The TorchScript-based exporter (``dynamo=False``) takes a fraction of a second for the
+    zoo's models where the ``torch.export`` one takes over ten on a busy CPU; it is
+    deprecated in torch 2.9+ (its warning is silenced here) and ``dynamo=True`` switches.
+    """
     model.eval()
-    torch.onnx.export(
-        model,
-        (example,),
-        str(path),
-        input_names=["input"],
-        output_names=["logits"],
-        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-        opset_version=17,
-        dynamo=False,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.onnx.export(
+            model,
+            (example,),
+            str(path),
+            input_names=["input"],
+            output_names=["logits"],
+            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+            opset_version=17,
+            dynamo=dynamo,
+        )
     return path
 
 
 def export_torchscript(model: nn.Module, example: torch.Tensor, path: Path) -> Path:
+    """TorchScript by tracing (deprecated by PyTorch for torch.export, still what libtorch
+    C++ loads; the deprecation warning is silenced here)."""
     model.eval()
-    with torch.no_grad():
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", DeprecationWarning)
         traced = torch.jit.trace(model, example)  # type: ignore[no-untyped-call]
-    traced.save(str(path))
+        traced.save(str(path))
     return path
+
+
+def load_torchscript(path: Path) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torch.jit.load(str(path))  # type: ignore[no-untyped-call]
 
 
 def ort_session(model: bytes | Path) -> Any:

@@ -44,7 +44,7 @@ def export_version(
     example = example_input(arch)
     if fmt == "torchscript":
         compress.export_torchscript(model, example[:1], out)
-        loaded = torch.jit.load(str(out))  # type: ignore[no-untyped-call]
+        loaded = compress.load_torchscript(out)
         with torch.no_grad():
             diff = float((loaded(example) - model(example)).abs().max())
         if diff > 1e-4:

@@ -296,7 +296,6 @@ class RegistryService:
         """Share model ``name`` with ``tenant`` (or stop): tenant admins of its owner only."""
         model = self.get_model(principal, name, owner)
         if not principal.is_admin and principal.roles.get(model.tenant) != "admin":
-            check_read(principal, model.tenant, f"model {name}")  # outsiders: 404
             raise PermissionDenied(
                 f"only admins of tenant {model.tenant!r} share its models",
                 "ask a tenant admin",
