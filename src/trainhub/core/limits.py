@@ -90,4 +90,4 @@ MAX_MODEL_DESCRIPTION_CHARS = 4096
 MAX_MODELS_LISTED = 500
 MAX_MODEL_SHARES = 256  # tenants one model is shared with
 MAX_GROW_LAYERS = 64
-MAX_GROW_FACTOR = 8.0
+MAX_GROW_FACTOR = 16.0  # Net2WiderNet (trainhub.models.net2net) takes 1 < factor <= 16
