@@ -634,6 +634,10 @@ class Context:
             self._closed = True
             self._remove_exit_hooks()
             if not from_exit and self._owns_process_group and dist.is_initialized():
+                # a DDP reducer that outlives its process group can abort the process (-6)
+                from trainhub.runtime.distributed.teardown import release_reducers
+
+                release_reducers()
                 dist.destroy_process_group()
         return self._close_result
 
