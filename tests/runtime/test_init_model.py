@@ -108,3 +108,26 @@ def test_unexpected_and_missing_tensors_are_reported_not_fatal() -> None:
     assert report.unexpected == ()
     _, report = initialize(small, ModelPlan(), weights=deep.state_dict())
     assert "blocks.1.linear.weight" in report.unexpected
+
+
+def test_grow_needs_the_net2net_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "trainhub.models.net2net", None)  # import fails
+    model = models.create("mlp", in_features=64, hidden=(16,), num_classes=10)
+    with pytest.raises(RuntimeError, match=r"model\.grow needs trainhub\.models\.net2net"):
+        initialize(model, ModelPlan(grow={"wider": {"blocks.0.linear": 2.0}}), weights=None)
+
+
+def test_loaded_weights_are_grown_keeping_the_function() -> None:
+    pytest.importorskip("trainhub.models.net2net", reason="Net2Net lands with the growth work")
+    source = _pretrained(num_classes=10).eval()
+    plan = ModelPlan(grow={"wider": {"classifier.1": 2.0}, "deeper": ["classifier.1"]})
+    grown, report = initialize(
+        models.create("lenet5", num_classes=10), plan, weights=source.state_dict()
+    )
+    assert report.grown == ("wider classifier.1 x2.0", "deeper classifier.1")
+    x = torch.randn(8, 1, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(grown.eval()(x), source(x), atol=1e-4, rtol=1e-4)
+    assert sum(p.numel() for p in grown.parameters()) > sum(p.numel() for p in source.parameters())
