@@ -45,3 +45,5 @@ def test_versions_number_per_model_and_shares_widen_visibility(store: SqlModelSt
     assert store.list_models(["nlp"], 10) == []
     assert len(store.list_models(None, 10)) == 2
     assert len(store.list_models(None, 1)) == 1
+    assert store.bytes_of_tenant("vision") == 30
+    assert store.bytes_of_tenant("nlp") == 0

@@ -249,3 +249,22 @@ def test_the_runtime_loads_init_from_weights_through_the_control_plane(
             trial_id=trial_id,
             spool=tmp_path / "other",
         )
+
+
+def test_registered_weights_count_against_the_tenant_storage_quota(world: World) -> None:
+    api = world.api
+    r = api.client.patch(
+        "/api/v1/tenants/vision", json={"max_storage_bytes": 200}, headers=api.headers()
+    )
+    assert r.status_code == 200, r.text
+    try:
+        refused = _register(world, world.alice, "too-many")
+        assert refused.status_code == 413, refused.text
+        assert "registered models count with checkpoints" in refused.json()["message"]
+    finally:
+        api.client.patch(
+            "/api/v1/tenants/vision",
+            json={"max_storage_bytes": 1024**4},
+            headers=api.headers(),
+        )
+    assert _register(world, world.alice, "fits-again").status_code == 201

@@ -29,6 +29,7 @@ from trainhub.core.errors import (
     InvalidSpec,
     NotFound,
     PermissionDenied,
+    QuotaExceeded,
 )
 from trainhub.core.model_spec import ModelRef, parse_model_ref
 from trainhub.core.spec import ExperimentSpec
@@ -37,6 +38,7 @@ from trainhub.service.clock import Clock
 from trainhub.service.ports import ArtifactStore, Principal
 from trainhub.service.records import Checkpoint
 from trainhub.service.repository import UnitOfWork
+from trainhub.service.tracking import StorageQuota
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,10 @@ class ModelStore(Protocol):
         ...
 
     def set_share(self, model_id: int, tenant: str, shared: bool) -> None: ...
+
+    def bytes_of_tenant(self, tenant: str) -> int:
+        """Bytes of every version of the tenant's models."""
+        ...
 
 
 def _visible_to(model: RegisteredModel, tenants: Sequence[str] | None) -> bool:
@@ -233,6 +239,8 @@ class RegistryService:
             check_write(principal, trial.tenant, f"trial {trial_id}")
             experiment = repo.experiment_of(trial_id)
             checkpoints = repo.list_checkpoints(trial_id)
+            tenant = repo.get_tenant(trial.tenant)
+            checkpoint_bytes = repo.checkpoint_bytes_by_tenant().get(trial.tenant, 0)
         if checkpoint_id is None:
             checkpoint = _latest_checkpoint(checkpoints)
             if checkpoint is None:
@@ -245,6 +253,16 @@ class RegistryService:
             if not matching:
                 raise NotFound(f"checkpoint {checkpoint_id} of trial {trial_id} does not exist")
             checkpoint = matching[0]
+        assert tenant is not None
+        quota = StorageQuota.of(tenant).max_storage_bytes
+        used = checkpoint_bytes + self.models.bytes_of_tenant(trial.tenant)
+        if used + checkpoint.size_bytes > quota:
+            raise QuotaExceeded(
+                f"a model version of {checkpoint.size_bytes} bytes does not fit in tenant "
+                f"{trial.tenant!r}'s storage quota of {quota} bytes ({max(0, quota - used)} left; "
+                "registered models count with checkpoints)",
+                "delete old checkpoints or ask an admin to raise the quota",
+            )
         spec = ExperimentSpec.model_validate(experiment.spec)
         spec_arch = spec.model.arch.model_dump(mode="json") if spec.model.arch else {}
         recorded = {**trial.latest_metrics, **checkpoint.metrics}

@@ -194,6 +194,17 @@ class SqlModelStore:
                 session.delete(row)
 
 
+    def bytes_of_tenant(self, tenant: str) -> int:
+        with Session(self.engine) as session:
+            total = session.scalar(
+                select(func.coalesce(func.sum(ModelVersionRow.size_bytes), 0))
+                .join(RegisteredModelRow, RegisteredModelRow.id == ModelVersionRow.model_id)
+                .join(TenantRow, TenantRow.id == RegisteredModelRow.tenant_id)
+                .where(TenantRow.name == tenant)
+            )
+            return int(total or 0)
+
+
 def _version(row: ModelVersionRow, name: str, tenant: str) -> ModelVersion:
     return ModelVersion(
         row.id,
