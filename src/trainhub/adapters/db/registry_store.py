@@ -193,7 +193,6 @@ class SqlModelStore:
             elif not shared and row is not None:
                 session.delete(row)
 
-
     def bytes_of_tenant(self, tenant: str) -> int:
         with Session(self.engine) as session:
             total = session.scalar(
