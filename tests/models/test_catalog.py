@@ -33,3 +33,12 @@ def test_suggest_ranks_zoo_models_built_for_the_problem() -> None:
     # 8x8 digits: LeNet cannot take them, so it is not offered
     small = suggest(Problem("image-classification", (1, 8, 8), 10))
     assert "zoo:lenet5" not in [f.candidate.ref for f in small]
+
+
+def test_architectures_designed_for_the_input_come_first_among_untrained() -> None:
+    from trainhub.models.catalog import suggest
+
+    cifar = [f.candidate.ref for f in suggest(Problem("image-classification", (3, 32, 32), 100))]
+    assert cifar[:2] == ["zoo:resnet20", "zoo:resnet18"]
+    mnist = [f.candidate.ref for f in suggest(MNIST)]
+    assert mnist[0] == "zoo:lenet5"

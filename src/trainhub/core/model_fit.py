@@ -9,6 +9,8 @@ why in words. The rules, in order of weight:
    architecture that adapts (global pooling) or a resize; other channels need the first
    layer reset;
 3. the classes: the same count keeps the head; another count needs ``reset`` of the head;
+   an architecture designed for this input (the zoo's LeNet-5 for 28x28 digits, ResNet-20 for
+   32x32 colour images) gets half a point;
 4. a trained model (a registered version with a recorded accuracy) beats an untrained one, by
    its accuracy: transfer needs a good start;
 5. among equals, fewer parameters first (cheaper to fine-tune and serve).
@@ -45,6 +47,8 @@ class Candidate:
     metrics: Mapping[str, float] = field(default_factory=dict)
     # the zoo can rebuild this model for any input size (global pooling, flatten of any size)
     adapts_to_input: bool = False
+    # inputs the architecture was designed and tuned for (LeNet-5: 1x28x28, ResNet-20: 3x32x32)
+    designed_for: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,9 @@ def score_model(candidate: Candidate, problem: Problem) -> Fit | None:
             reasons.append(f"input {'x'.join(map(str, shape))}: resize the data")
     else:
         reasons.append("other channels: reset the first layer")
+    if problem.input_shape in candidate.designed_for:
+        score += 0.5
+        reasons.append("designed for this input")
     if candidate.num_classes == problem.num_classes:
         score += 2.0
         reasons.append("same classes")

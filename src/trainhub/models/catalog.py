@@ -11,6 +11,12 @@ from trainhub.core.model_fit import Candidate, Fit, Problem, rank_models
 from trainhub.models import available, count_parameters, create
 
 IMAGE = "image-classification"
+# the inputs each zoo architecture was designed and tuned for
+DESIGNED_FOR: dict[str, tuple[tuple[int, ...], ...]] = {
+    "lenet5": ((1, 28, 28), (1, 32, 32)),
+    "resnet20": ((3, 32, 32),),
+    "resnet18": ((3, 224, 224), (3, 32, 32)),
+}
 
 
 def zoo_args(name: str, shape: tuple[int, ...], num_classes: int) -> dict[str, Any] | None:
@@ -57,6 +63,7 @@ def zoo_candidates(problem: Problem) -> list[Candidate]:
                 num_classes=problem.num_classes,
                 num_parameters=count_parameters(create(name, **args)),
                 adapts_to_input=True,
+                designed_for=DESIGNED_FOR.get(name, ()),
             )
         )
     return found
@@ -95,6 +102,7 @@ def registry_candidates(models: Iterable[Mapping[str, Any]]) -> list[Candidate]:
                 num_parameters=int(params) if params else (_parameters(arch) if arch else None),
                 metrics=metrics,
                 adapts_to_input=arch.get("zoo") in ("resnet20", "resnet18"),
+                designed_for=DESIGNED_FOR.get(str(arch.get("zoo")), ()),
             )
         )
     return found
