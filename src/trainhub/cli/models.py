@@ -211,9 +211,13 @@ def export(
     ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]")],
     fmt: Annotated[str, typer.Option("--format", help="onnx | torchscript")] = "onnx",
     output: Annotated[Path, typer.Option("--output", "-o")] = Path(),
+    input_shape: Annotated[
+        str | None, typer.Option("--input", help="CxHxW where the version records none")
+    ] = None,
     tenant: TenantOpt = None,
 ) -> None:
     """Export a version to ONNX (checked by onnxruntime against PyTorch) or TorchScript."""
+    from trainhub.core.model_fit import parse_shape
     from trainhub.models.export import FORMATS, export_version
 
     if fmt not in FORMATS:
@@ -225,8 +229,11 @@ def export(
     target = (
         output if output != Path() else Path(f"{version['model']}-v{version['version']}.{suffix}")
     )
+    arch = dict(version["arch"])
     try:
-        path, diff = export_version(data, version["arch"], fmt, target)
+        if input_shape:
+            arch["input"] = list(parse_shape(input_shape))
+        path, diff = export_version(data, arch, fmt, target)
     except ValueError as exc:
         raise fail(str(exc)) from None
     out.print(
