@@ -216,8 +216,7 @@ def main() -> None:
         assert spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        sys.argv = [str(growth)]
-        module.main()
+        module.main([])  # its defaults
 
 
 if __name__ == "__main__":
