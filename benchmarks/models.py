@@ -35,6 +35,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from trainhub.models import compress  # noqa: E402
 from trainhub.runtime.init_model import ModelPlan, initialize  # noqa: E402
 
 Arrays = tuple[np.ndarray, np.ndarray]
+CURVE_EPOCHS = (5, 10, 20, 40)
 
 
 def load_all() -> tuple[str, Arrays, Arrays]:
@@ -75,19 +77,28 @@ def head_pattern(dataset: str) -> str:
 
 
 def train(
-    model: nn.Module, x: np.ndarray, y: np.ndarray, *, epochs: int, lr: float, seed: int
+    model: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int,
+    lr: float,
+    seed: int,
+    after_epoch: Callable[[int, nn.Module], None] | None = None,
 ) -> nn.Module:
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-    model.train()
-    for _ in range(epochs):
+    for epoch in range(1, epochs + 1):
+        model.train()
         order = torch.randperm(len(xt), generator=generator)
         for i in range(0, len(order), 64):
             index = order[i : i + 64]
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(xt[index]), yt[index]).backward()
             optimizer.step()
+        if after_epoch is not None:
+            after_epoch(epoch, model.eval())
     return model.eval()
 
 
@@ -102,6 +113,17 @@ def transfer(dataset: str, train_set: Arrays, val_set: Arrays, seeds: int) -> di
     pretrain_epochs = 3 if dataset == "mnist-t10k" else 30
     finetune_epochs = 40
     rows = []
+    warm_curve: dict[int, list[float]] = {}
+    scratch_curve: dict[int, list[float]] = {}
+    test_x, test_y = xv[yv >= 5], yv[yv >= 5] - 5
+
+    def record(into: dict[int, list[float]]) -> Callable[[int, nn.Module], None]:
+        def after_epoch(epoch: int, model: nn.Module) -> None:
+            if epoch in CURVE_EPOCHS:
+                into.setdefault(epoch, []).append(evaluate(model, test_x, test_y))
+
+        return after_epoch
+
     for seed in range(seeds):
         torch.manual_seed(seed)
         source = train(
@@ -114,15 +136,24 @@ def transfer(dataset: str, train_set: Arrays, val_set: Arrays, seeds: int) -> di
         )
         xs, ys = x[picked], y[picked] - 5
         torch.manual_seed(100 + seed)
-        scratch = train(build(dataset, 5), xs, ys, epochs=finetune_epochs, lr=1e-3, seed=seed)
+        scratch = train(
+            build(dataset, 5),
+            xs,
+            ys,
+            epochs=finetune_epochs,
+            lr=1e-3,
+            seed=seed,
+            after_epoch=record(scratch_curve),
+        )
         torch.manual_seed(100 + seed)
         warm, report = initialize(
             build(dataset, 5),
             ModelPlan(reset=(head_pattern(dataset),)),
             weights=source.state_dict(),
         )
-        warm = train(warm, xs, ys, epochs=finetune_epochs, lr=1e-3, seed=seed)
-        test_x, test_y = xv[yv >= 5], yv[yv >= 5] - 5
+        warm = train(
+            warm, xs, ys, epochs=finetune_epochs, lr=1e-3, seed=seed, after_epoch=record(warm_curve)
+        )
         rows.append((evaluate(warm, test_x, test_y), evaluate(scratch, test_x, test_y), source_acc))
         assert report.matched
         assert report.reset
@@ -135,6 +166,11 @@ def transfer(dataset: str, train_set: Arrays, val_set: Arrays, seeds: int) -> di
         "scratch_accuracy": round(scratch_acc, 4),
         "pretrain_accuracy_0_4": round(float(np.mean([r[2] for r in rows])), 4),
         "per_seed_points": [round((r[0] - r[1]) * 100, 2) for r in rows],
+        # the same runs read after fewer epochs: where a warm start stands early on
+        "points_vs_scratch_after_epochs": {
+            str(e): round((np.mean(warm_curve[e]) - np.mean(scratch_curve[e])) * 100, 2)
+            for e in sorted(warm_curve)
+        },
         "samples_per_class": 50,
         "finetune_epochs": finetune_epochs,
         "seeds": seeds,
