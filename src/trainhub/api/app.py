@@ -12,7 +12,16 @@ from starlette.responses import Response as StarletteResponse
 import trainhub
 from trainhub.api.errors import install_error_handlers
 from trainhub.api.guard import FailedAuthLimiter, RequestGuard
-from trainhub.api.routes import admin, experiments, models, monitoring, scheduling, search, trials
+from trainhub.api.routes import (
+    admin,
+    debugging,
+    experiments,
+    models,
+    monitoring,
+    scheduling,
+    search,
+    trials,
+)
 from trainhub.core import limits
 from trainhub.service.container import Services
 from trainhub.service.monitoring import MonitoringService
@@ -72,6 +81,7 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api.include_router(admin.router)
     api.include_router(scheduling.router)
     api.include_router(search.router)
+    api.include_router(debugging.router)
     api.include_router(monitoring.router)
     api.include_router(models.router)
     api.include_router(models.weights_router)

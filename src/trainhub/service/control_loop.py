@@ -486,6 +486,9 @@ class ControlLoop:
         model = experiment.spec.get("model") or {}
         if any(model.get(k) for k in ("init_from", "freeze", "reset", "grow")):
             env[protocol.ENV_MODEL] = json.dumps(model)
+        distill = experiment.spec.get("distill")
+        if distill:
+            env[protocol.ENV_DISTILL] = json.dumps(distill)
         context = self.store.get(experiment.context_key) if experiment.context_key else b""
         launch = AttemptLaunch(
             attempt_key=key,

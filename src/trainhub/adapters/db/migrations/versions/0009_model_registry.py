@@ -1,14 +1,14 @@
 """model registry: registered models, their versions, shares with other tenants
 
 Revision ID: 0009
-Revises: 0006
+Revises: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0006"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
