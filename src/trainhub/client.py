@@ -750,6 +750,60 @@ class TrainhubClient:
         result: JSON = self._json("GET", "/cluster")
         return result
 
+    # --- the model registry (docs/models.md) ---
+
+    def list_models(self, limit: int = 100) -> list[JSON]:
+        """Models of the caller's tenants and those shared with them, each with versions."""
+        data: list[JSON] = self._json("GET", "/models", params={"limit": limit})["data"]
+        return data
+
+    def get_model(self, name: str, tenant: str | None = None) -> JSON:
+        result: JSON = self._json("GET", f"/models/{name}", params=_owner(tenant))
+        return result
+
+    def get_model_version(self, name: str, version: int, tenant: str | None = None) -> JSON:
+        path = f"/models/{name}/versions/{version}"
+        result: JSON = self._json("GET", path, params=_owner(tenant))
+        return result
+
+    def register_model(
+        self,
+        trial_id: int,
+        name: str,
+        checkpoint_id: int | None = None,
+        *,
+        description: str = "",
+        arch: JSON | None = None,
+        metrics: dict[str, float] | None = None,
+        lineage: JSON | None = None,
+    ) -> JSON:
+        """Register a checkpoint of a trial (default: its latest) as the next version of
+        ``name``; answers the version (``ref`` is what ``model.init_from`` takes)."""
+        body: JSON = {"trial_id": trial_id, "name": name, "description": description}
+        if checkpoint_id is not None:
+            body["checkpoint_id"] = checkpoint_id
+        if arch:
+            body["arch"] = arch
+        if metrics:
+            body["metrics"] = metrics
+        if lineage:
+            body["lineage"] = lineage
+        result: JSON = self._json("POST", "/models", json=body)
+        return result
+
+    def download_model(self, name: str, version: int, tenant: str | None = None) -> bytes:
+        """The version's weights file (``torch.load(io.BytesIO(data))``)."""
+        path = f"/models/{name}/versions/{version}/file"
+        return self._request("GET", path, params=_owner(tenant), timeout=self.timeout_s * 4).content
+
+    def share_model(
+        self, name: str, tenant: str, shared: bool = True, owner: str | None = None
+    ) -> JSON:
+        method = "PUT" if shared else "DELETE"
+        params = {"owner": owner} if owner else {}
+        result: JSON = self._json(method, f"/models/{name}/shares/{tenant}", params=params)
+        return result
+
 
 TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELED", "PRUNED"})
 
@@ -761,6 +815,10 @@ def _period(since: float | None, until: float | None) -> dict[str, float]:
     if until is not None:
         params["until"] = until
     return params
+
+
+def _owner(tenant: str | None) -> dict[str, str]:
+    return {"tenant": tenant} if tenant else {}
 
 
 def _reason(exc: Exception) -> str:

@@ -23,6 +23,7 @@ from trainhub.service.control_loop import ControlLoop, LoopConfig
 from trainhub.service.debugging import DebugService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
+from trainhub.service.registry import RegistryService
 from trainhub.service.search import SearchService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
@@ -148,6 +149,7 @@ def make_private(settings: Settings) -> None:
 
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+    from trainhub.adapters.db.registry_store import SqlModelStore
     from trainhub.adapters.db.sample_store import SqlSampleStore
     from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
     from trainhub.adapters.monitor.agent import RayNodeMonitor
@@ -211,6 +213,8 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     experiments = ExperimentService(
         uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
     )
+    registry = RegistryService(uow, SqlModelStore(engine), store, clock)
+    experiments.resolve_model = registry.pin_init_from
     services = Services(
         uow=uow,
         clock=clock,
@@ -223,6 +227,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         warnings=tuple(warnings),
         steering=SteeringService(search_uow, experiments, store, backend, clock),
         monitoring=monitoring,
+        models=registry,
         debugging=DebugService(
             uow, SqlSampleStore(engine), clock, DatasetGallery(settings.data_dir)
         ),

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from tests.fixtures.api import Api, serve
 from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from trainhub.adapters.db.registry_store import SqlModelStore
 from trainhub.adapters.db.sample_store import SqlSampleStore
 from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
 from trainhub.adapters.monitor.node_store import SqlNodeControlStore
@@ -26,6 +27,7 @@ from trainhub.service.container import Services
 from trainhub.service.debugging import DebugService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService, NodeInventory, NodeSample
+from trainhub.service.registry import RegistryService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
@@ -74,12 +76,16 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
     # and node monitoring, fed by agents that report the two nodes (no Ray here)
     monitoring = MonitoringService(AgentsOf(NODES), SqlNodeControlStore(engine), system_clock)
     monitoring.refresh([n.node_id for n in NODES])
+    # and the model registry, wired into submit as the server does
+    registry = RegistryService(uow, SqlModelStore(engine), store, system_clock)
+    experiments.resolve_model = registry.pin_init_from
     services = Services(
         uow=uow,
         clock=system_clock,
         experiments=experiments,
         steering=steering,
         monitoring=monitoring,
+        models=registry,
         # and the debugging routes (sample records, reports, image grids)
         debugging=DebugService(uow, SqlSampleStore(engine), system_clock, DatasetGallery()),
         tracking=TrackingService(uow, store, system_clock),

@@ -44,6 +44,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         assert r.status_code == 201, r.text
         checkpoint_id = r.json()["id"]
         r = api.client.post(
+            "/api/v1/models",
+            json={"trial_id": trial_id, "name": "a-model"},
+            headers=api.headers(alice),
+        )
+        assert r.status_code == 201, r.text
+        r = api.client.post(
             f"/api/v1/trials/{trial_id}/samples", json=_samples("a-samples"), headers=own
         )
         assert r.status_code == 204, r.text
@@ -67,6 +73,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "username": "alice",
             "node": "node-a",
             "action": "drain",
+            "model": "a-model",
+            "version": 1,
         }
         yield World(api, ids, outsiders)
     api.services.uow.engine.dispose()  # type: ignore[attr-defined]
@@ -113,6 +121,8 @@ _BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/trials/{trial_id}/clone"): {"json": {"set": {"lr": 0.5}}},
     ("POST", "/api/v1/experiments/{experiment_id}/template"): {"json": {"name": "stolen"}},
     ("POST", "/api/v1/templates/{name}/submit"): {"json": {"tenant": "vision"}},
+    # tenant A's trial is the first one: registering it into a model is refused to outsiders
+    ("POST", "/api/v1/models"): {"json": {"trial_id": 1, "name": "stolen"}},
 }
 # routes without an object of tenant A in their path: what they answer must not show A
 _LISTINGS = {
@@ -129,6 +139,7 @@ _LISTINGS = {
     # a node is the cluster's, not a tenant's: anyone reads its health, nothing of tenant A
     ("GET", "/api/v1/nodes/{node}/health"),
     ("GET", "/api/v1/nodes/{node}/series"),
+    ("GET", "/api/v1/models"),  # models of the caller's tenants and those shared with them
 }
 # creating routes: refused to non-admins; to a tenant admin of B they touch only B
 _CREATING = {
@@ -137,6 +148,7 @@ _CREATING = {
     ("POST", "/api/v1/tenants"),
     ("POST", "/api/v1/experiments"),  # into tenant A
     ("POST", "/api/v1/templates"),  # into tenant A
+    ("POST", "/api/v1/models"),  # from tenant A's trial
 }
 
 
@@ -179,6 +191,9 @@ def test_another_tenants_tokens_reach_nothing_of_tenant_a(world: World, who: str
     assert [c["uuid"] for c in alice_view["checkpoints"]] == ["a-ckpt"]
     assert alice_view["latest_metrics"] == {"loss": 1.0, "layers/fc/nonfinite": 1.0, "step": 1}
     assert [(a["kind"], a["layer"]) for a in alice_view["alerts"]] == [("nonfinite", "fc")]
+    model = api.client.get("/api/v1/models/a-model", headers=api.headers()).json()
+    assert model["shared_with"] == []
+    assert [v["version"] for v in model["versions"]] == [1]
     tenants = api.client.get("/api/v1/tenants", headers=api.headers()).json()["data"]
     assert {t["name"] for t in tenants} == {"default", "vision", "speech"}
     assert len(seen) == len(_routes(api))

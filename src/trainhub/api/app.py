@@ -16,6 +16,7 @@ from trainhub.api.routes import (
     admin,
     debugging,
     experiments,
+    models,
     monitoring,
     scheduling,
     search,
@@ -82,6 +83,8 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api.include_router(search.router)
     api.include_router(debugging.router)
     api.include_router(monitoring.router)
+    api.include_router(models.router)
+    api.include_router(models.weights_router)
     app.include_router(api)
     app.include_router(monitoring.metrics_router)
     if services.monitoring is not None:

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from trainhub.cli import admin, auth, debugging, experiments, nodes, scheduling, search
+from trainhub.cli import admin, auth, debugging, experiments, models, nodes, scheduling, search
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 from trainhub.core.scheduling.fair_config import FairShareConfig
 
@@ -58,6 +58,8 @@ app.add_typer(search.template_app, name="template", rich_help_panel="Search and 
 app.command(rich_help_panel="Scheduling")(scheduling.queue)
 app.command(rich_help_panel="Scheduling")(scheduling.priority)
 app.command(rich_help_panel="Scheduling")(scheduling.usage)
+app.add_typer(models.app, name="models", rich_help_panel="Models")
+app.command(rich_help_panel="Models")(models.compress)
 app.command(rich_help_panel="Account")(auth.login)
 app.command(rich_help_panel="Account")(auth.logout)
 app.command(rich_help_panel="Account")(auth.whoami)

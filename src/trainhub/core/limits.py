@@ -93,3 +93,15 @@ def check_plain_values(data: Any, path: str = "") -> list[FieldError]:
         elif isinstance(value, list):
             stack.extend((f"{where}.{i}" if where else str(i), v) for i, v in enumerate(value))
     return sorted(errors, key=lambda e: e.path)
+
+
+# the model registry and the spec's model section
+MAX_MODEL_NAME_CHARS = 64
+MAX_MODEL_PATTERNS = 256  # freeze / reset globs
+MAX_MODEL_PATTERN_CHARS = 256
+MAX_MODEL_ARCH_ARGS = 64
+MAX_MODEL_DESCRIPTION_CHARS = 4096
+MAX_MODELS_LISTED = 500
+MAX_MODEL_SHARES = 256  # tenants one model is shared with
+MAX_GROW_LAYERS = 64
+MAX_GROW_FACTOR = 16.0  # Net2WiderNet (trainhub.models.net2net) takes 1 < factor <= 16

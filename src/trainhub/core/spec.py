@@ -18,6 +18,7 @@ from trainhub.core import limits
 from trainhub.core.distill_spec import DistillSpec
 from trainhub.core.distributed_spec import DistributedSpec
 from trainhub.core.errors import FieldError, InvalidSpec
+from trainhub.core.model_spec import ModelSpec
 from trainhub.core.search_space import SearchSpace, parse_space
 from trainhub.core.searcher_spec import SearcherSpec, searcher_errors
 from trainhub.core.spec_errors import field_errors_from_pydantic
@@ -164,6 +165,11 @@ class ExperimentSpec(_Strict):
     distributed: DistributedSpec = Field(
         default_factory=DistributedSpec,
         description="How ranks cooperate: communication strategy, precision, memory savings.",
+    )
+    model: ModelSpec = Field(
+        default_factory=ModelSpec,
+        description="Start from a registered model or a trial; freeze, reset, grow "
+        "(docs/models.md).",
     )
     distill: DistillSpec | None = Field(
         None,

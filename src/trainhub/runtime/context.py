@@ -50,10 +50,11 @@ from trainhub.runtime.signals import SignalPoller
 from trainhub.runtime.transport import Backoff, ControlPlaneClient
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from trainhub.runtime.distill import Distiller
     from trainhub.runtime.distributed import DistributedConfig, PreparedModel, StepTimer
+    from trainhub.runtime.init_model import InitReport
     from trainhub.runtime.layer_watch import LayerWatch
     from trainhub.runtime.sample_tracking import SampleTracker
 
@@ -790,6 +791,43 @@ class Context:
         )
         self._watches.append(watch)  # close() ships its last sample
         return watch
+
+    def init_model(
+        self,
+        model: nn.Module,
+        *,
+        init_from: str | Path | Mapping[str, torch.Tensor] | None = None,
+        freeze: Sequence[str] = (),
+        reset: Sequence[str] = (),
+        grow: Mapping[str, Any] | None = None,
+    ) -> tuple[nn.Module, InitReport]:
+        """Start ``model`` from the spec's ``model`` section: load weights of matching name
+        and shape, grow (Net2Net), reset, freeze; every rank calls it, before
+        ``prepare_model``. Arguments replace the spec's (standalone: ``init_from`` is a
+        checkpoint path). Returns the (possibly grown) model and what was done
+        (``trainhub.runtime.init_model``, docs/models.md).
+
+        Example:
+            >>> model, report = ctx.init_model(Net())  # doctest: +SKIP
+        """
+        from trainhub.runtime.init_model import ModelPlan, init_model
+
+        spec = ModelPlan.from_env()
+        plan = ModelPlan(
+            init_from if init_from is not None else spec.init_from,
+            tuple(freeze) or spec.freeze,
+            tuple(reset) or spec.reset,
+            grow if grow is not None else spec.grow,
+        )
+        return init_model(
+            model,
+            plan,
+            device=self._device,
+            api_url=self._env.api_url if init_from is None else None,
+            token=self._env.token,
+            trial_id=self._env.trial_id,
+            spool=getattr(self, "_spool_dir", None),
+        )
 
 
 def _as_step(step: object) -> int:

@@ -22,6 +22,7 @@ ENV_RESTORE_CHECKPOINT = "TRAINHUB_RESTORE_CHECKPOINT"  # checkpoint id to resto
 ENV_DISTRIBUTED = "TRAINHUB_DISTRIBUTED"  # JSON of the spec's distributed section, if any
 ENV_DISTILL = "TRAINHUB_DISTILL"  # JSON of the spec's distill section, if any
 ENV_SPOOL_DIR = "TRAINHUB_SPOOL_DIR"  # node-local scratch directory of this attempt
+ENV_MODEL = "TRAINHUB_MODEL"  # JSON of the spec's model section (init_from pinned), if any
 # JSON {"drop": [sample ids], "relabel": {"id": label}} from `trainhub clone --drop-flagged`:
 # the runtime's data loaders leave out or relabel these samples (runtime/sample_filter.py)
 ENV_SAMPLE_FILTER = "TRAINHUB_SAMPLE_FILTER"
@@ -59,6 +60,12 @@ def checkpoints_path(trial_id: int) -> str:
 def checkpoint_file_path(trial_id: int, checkpoint_id: int) -> str:
     """GET the bytes of a checkpoint."""
     return f"{API_PREFIX}/trials/{trial_id}/checkpoints/{checkpoint_id}/file"
+
+
+def init_weights_path(trial_id: int) -> str:
+    """GET the weights the trial starts from (the checkpoint file its ``model.init_from``
+    names); read by ``ctx.init_model``."""
+    return f"{API_PREFIX}/trials/{trial_id}/init-weights"
 
 
 def samples_path(trial_id: int) -> str:

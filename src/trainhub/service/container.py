@@ -12,6 +12,7 @@ from trainhub.service.debugging import DebugService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
 from trainhub.service.ports import Principal
+from trainhub.service.registry import RegistryService
 from trainhub.service.repository import UnitOfWork
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
@@ -31,6 +32,7 @@ class Services:
     warnings: tuple[str, ...] = ()  # what an admin must know about this deployment
     steering: SteeringService | None = None  # searches, pause/resume, clone (api/routes/search)
     monitoring: MonitoringService | None = None  # nodes, health, /metrics (api/routes/monitoring)
+    models: RegistryService | None = None  # the model registry (api/routes/models)
     debugging: DebugService | None = None  # sample records, debug reports (api/routes/debugging)
 
     def authenticate(self, secret: str | None) -> Principal:

@@ -483,6 +483,9 @@ class ControlLoop:
         distributed = experiment.spec.get("distributed")
         if distributed:
             env[protocol.ENV_DISTRIBUTED] = json.dumps(distributed)
+        model = experiment.spec.get("model") or {}
+        if any(model.get(k) for k in ("init_from", "freeze", "reset", "grow")):
+            env[protocol.ENV_MODEL] = json.dumps(model)
         distill = experiment.spec.get("distill")
         if distill:
             env[protocol.ENV_DISTILL] = json.dumps(distill)

@@ -145,6 +145,10 @@ class ExperimentService:
         self.cluster_nodes = cluster_nodes
         # told before an experiment's trials are canceled: its search makes no more trials
         self.on_cancel: Callable[[int], None] = lambda experiment_id: None
+        # checks and pins the spec's model.init_from (service/registry.py wires it)
+        self.resolve_model: Callable[[Principal, str, ExperimentSpec], ExperimentSpec] = (
+            _no_registry
+        )
 
     def submit(
         self,
@@ -171,6 +175,7 @@ class ExperimentService:
                 "only cluster admins may submit with priority 'urgent'", "use 'high'"
             )
         check_fits_cluster(spec.resources, self._nodes())
+        spec = self.resolve_model(principal, tenant_name, spec)
         check_teacher(self.uow, tenant_name, spec)
         assert principal.user_id is not None
         key = None
@@ -370,6 +375,14 @@ class ExperimentService:
 
     def spec_of(self, experiment: Experiment) -> ExperimentSpec:
         return ExperimentSpec.model_validate(experiment.spec)
+
+
+def _no_registry(principal: Principal, tenant: str, spec: ExperimentSpec) -> ExperimentSpec:
+    if spec.model.init_from is not None:
+        raise InvalidSpec(
+            [FieldError("model.init_from", "this server has no model registry", "ask an admin")]
+        )
+    return spec
 
 
 def _must(value: Experiment | None) -> Experiment:

@@ -1,0 +1,259 @@
+"""Models as assets: transfer learning from a registered model, and compression.
+
+Prints JSON lines (keys as issue 12 names them):
+
+- ``transfer``: a model pretrained on the digits 0-4 starts (``trainhub.runtime.init_model``:
+  every tensor loaded by name and shape, the 5-class head reset) a fine-tuning on the digits
+  5-9 with 50 samples per class; the same model from scratch trains on those samples with the
+  same epochs and learning rate. ``points_vs_scratch`` is the accuracy difference on held-out
+  5-9 images, in points, averaged over ``--seeds`` seeds (target >= 5). Data: MNIST t10k from
+  ../shared (LeNet-5) when present, else scikit-learn's 8x8 digits (an MLP).
+- ``compress``: the pretrained-style model trained on all ten digits, pruned 50% (global L1,
+  fine-tuned ``--finetune-epochs``), quantized to int8 through ONNX Runtime
+  (``trainhub.models.compress``, what ``trainhub compress`` runs). ``size_ratio``: the float
+  state dict over the int8 ONNX file, both gzip-compressed (zeros only shrink a compressed
+  file); ``accuracy_loss_points``: float PyTorch minus int8 ONNX Runtime accuracy on the
+  validation images; ``latency_speedup``: median batch-1 latency of the float model in PyTorch
+  over the int8 model in ONNX Runtime, one thread each. Targets: >= 4, <= 1, >= 2. The
+  compressed model is fine-tuned ``--finetune-epochs`` more than the float one, so the line
+  also compares with the float model trained as many more epochs
+  (``accuracy_loss_points_vs_float_same_epochs``).
+
+At the end, benchmarks/models_growth.py (Net2Net and distillation) runs too when present.
+
+    HOME=$(mktemp -d) nice .venv/bin/python benchmarks/models.py [--seeds 3]
+
+Timings on a shared machine are noisy; both sides of each ratio are measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from trainhub import data, models  # noqa: E402
+from trainhub.data.mnist import default_root  # noqa: E402
+from trainhub.models import compress  # noqa: E402
+from trainhub.runtime.init_model import ModelPlan, initialize  # noqa: E402
+
+Arrays = tuple[np.ndarray, np.ndarray]
+CURVE_EPOCHS = (5, 10, 20, 40)
+
+
+def load_all() -> tuple[str, Arrays, Arrays]:
+    """(dataset name, train, val) as arrays: MNIST t10k if ../shared has it, else digits."""
+    if default_root() is not None:
+        splits = data.load("mnist", train_size=8000, val_size=2000)
+        name = "mnist-t10k"
+    else:
+        splits = data.load("digits")
+        name = "sklearn-digits"
+    return name, compress.as_arrays(splits.train), compress.as_arrays(splits.val)
+
+
+def build(dataset: str, num_classes: int) -> nn.Module:
+    if dataset == "mnist-t10k":
+        return models.create("lenet5", num_classes=num_classes)
+    return models.create("mlp", in_features=64, hidden=(128, 64), num_classes=num_classes)
+
+
+def head_pattern(dataset: str) -> str:
+    return "classifier.5.*" if dataset == "mnist-t10k" else "head.*"
+
+
+def train(
+    model: nn.Module,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int,
+    lr: float,
+    seed: int,
+    after_epoch: Callable[[int, nn.Module], None] | None = None,
+) -> nn.Module:
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    for epoch in range(1, epochs + 1):
+        model.train()
+        order = torch.randperm(len(xt), generator=generator)
+        for i in range(0, len(order), 64):
+            index = order[i : i + 64]
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(xt[index]), yt[index]).backward()
+            optimizer.step()
+        if after_epoch is not None:
+            after_epoch(epoch, model.eval())
+    return model.eval()
+
+
+def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
+    return compress.accuracy(compress.torch_predict(model), x, y)
+
+
+def transfer(dataset: str, train_set: Arrays, val_set: Arrays, seeds: int) -> dict[str, Any]:
+    (x, y), (xv, yv) = train_set, val_set
+    low = y < 5
+    started = time.perf_counter()
+    pretrain_epochs = 3 if dataset == "mnist-t10k" else 30
+    finetune_epochs = 40
+    rows = []
+    warm_curve: dict[int, list[float]] = {}
+    scratch_curve: dict[int, list[float]] = {}
+    test_x, test_y = xv[yv >= 5], yv[yv >= 5] - 5
+
+    def record(into: dict[int, list[float]]) -> Callable[[int, nn.Module], None]:
+        def after_epoch(epoch: int, model: nn.Module) -> None:
+            if epoch in CURVE_EPOCHS:
+                into.setdefault(epoch, []).append(evaluate(model, test_x, test_y))
+
+        return after_epoch
+
+    for seed in range(seeds):
+        torch.manual_seed(seed)
+        source = train(
+            build(dataset, 5), x[low], y[low], epochs=pretrain_epochs, lr=1e-3, seed=seed
+        )
+        source_acc = evaluate(source, xv[yv < 5], yv[yv < 5])
+        rng = np.random.default_rng(seed)
+        picked = np.concatenate(
+            [rng.choice(np.flatnonzero(y == c), 50, replace=False) for c in range(5, 10)]
+        )
+        xs, ys = x[picked], y[picked] - 5
+        torch.manual_seed(100 + seed)
+        scratch = train(
+            build(dataset, 5),
+            xs,
+            ys,
+            epochs=finetune_epochs,
+            lr=1e-3,
+            seed=seed,
+            after_epoch=record(scratch_curve),
+        )
+        torch.manual_seed(100 + seed)
+        warm, report = initialize(
+            build(dataset, 5),
+            ModelPlan(reset=(head_pattern(dataset),)),
+            weights=source.state_dict(),
+        )
+        warm = train(
+            warm, xs, ys, epochs=finetune_epochs, lr=1e-3, seed=seed, after_epoch=record(warm_curve)
+        )
+        rows.append((evaluate(warm, test_x, test_y), evaluate(scratch, test_x, test_y), source_acc))
+        assert report.matched
+        assert report.reset
+    warm_acc = float(np.mean([r[0] for r in rows]))
+    scratch_acc = float(np.mean([r[1] for r in rows]))
+    return {
+        "benchmark": "transfer",
+        "points_vs_scratch": round((warm_acc - scratch_acc) * 100, 2),
+        "finetuned_accuracy": round(warm_acc, 4),
+        "scratch_accuracy": round(scratch_acc, 4),
+        "pretrain_accuracy_0_4": round(float(np.mean([r[2] for r in rows])), 4),
+        "per_seed_points": [round((r[0] - r[1]) * 100, 2) for r in rows],
+        # the same runs read after fewer epochs: where a warm start stands early on
+        "points_vs_scratch_after_epochs": {
+            str(e): round((np.mean(warm_curve[e]) - np.mean(scratch_curve[e])) * 100, 2)
+            for e in sorted(warm_curve)
+        },
+        "samples_per_class": 50,
+        "finetune_epochs": finetune_epochs,
+        "seeds": seeds,
+        "dataset": dataset,
+        "model": "lenet5" if dataset == "mnist-t10k" else "mlp",
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def compression(
+    dataset: str, train_set: Arrays, val_set: Arrays, finetune_epochs: int
+) -> dict[str, Any]:
+    (x, y), (xv, yv) = train_set, val_set
+    started = time.perf_counter()
+    torch.manual_seed(0)
+    epochs = 4 if dataset == "mnist-t10k" else 40
+    model = train(build(dataset, 10), x, y, epochs=epochs, lr=1e-3, seed=0)
+    # the compressed model trains ``finetune_epochs`` more: so does this float reference
+    longer = copy.deepcopy(model)
+    longer = (
+        train(longer, x, y, epochs=finetune_epochs, lr=1e-3, seed=1) if finetune_epochs else longer
+    )
+    same_epochs_accuracy = evaluate(longer, xv, yv)
+    with tempfile.TemporaryDirectory(prefix="trainhub-bench-compress-") as work:
+        result = compress.compress(
+            model,
+            train=(x, y),
+            val=(xv, yv),
+            prune_amount=0.5,
+            quantize="int8",
+            finetune_epochs=finetune_epochs,
+            workdir=Path(work),
+            latency_repeats=1000,
+        )
+    m = result.metrics
+    return {
+        "benchmark": "compress",
+        "size_ratio": round(m["size_ratio"], 2),
+        "accuracy_loss_points": round(m["accuracy_loss_points"], 2),
+        "latency_speedup": round(m["latency_speedup"], 2),
+        "accuracy_loss_points_vs_float_same_epochs": round(
+            (same_epochs_accuracy - m["accuracy"]) * 100, 2
+        ),
+        "float_accuracy": round(m["base_accuracy"], 4),
+        "float_same_epochs_accuracy": round(same_epochs_accuracy, 4),
+        "int8_accuracy": round(m["accuracy"], 4),
+        "pruned_float_accuracy": round(m["pruned_accuracy"], 4),
+        "sparsity": round(m["sparsity"], 3),
+        "float_gz_bytes": int(m["base_size_gz_bytes"]),
+        "float_raw_bytes": int(m["base_size_bytes"]),
+        "int8_onnx_gz_bytes": int(m["size_gz_bytes"]),
+        "int8_onnx_raw_bytes": int(m["int8_onnx_bytes"]),
+        "float_torch_latency_ms": round(m["base_latency_ms"], 4),
+        "int8_ort_latency_ms": round(m["latency_ms"], 4),
+        "finetune_epochs": finetune_epochs,
+        "dataset": dataset,
+        "model": "lenet5" if dataset == "mnist-t10k" else "mlp",
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--finetune-epochs", type=int, default=1)
+    parser.add_argument("--only", choices=["transfer", "compress"], default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # a shared machine: one thread, the same for every arm
+    dataset, train_set, val_set = load_all()
+    if args.only in (None, "transfer"):
+        print(json.dumps(transfer(dataset, train_set, val_set, args.seeds)), flush=True)
+    if args.only in (None, "compress"):
+        line = compression(dataset, train_set, val_set, args.finetune_epochs)
+        print(json.dumps(line), flush=True)
+    growth = Path(__file__).with_name("models_growth.py")
+    if args.only is None and growth.exists():
+        spec = importlib.util.spec_from_file_location("models_growth", growth)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.main([])  # its defaults
+
+
+if __name__ == "__main__":
+    main()

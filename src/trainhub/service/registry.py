@@ -1,0 +1,412 @@
+"""The model registry: versioned models made from trials' checkpoints, shared between tenants.
+
+A model belongs to one tenant and has versions 1, 2, ...; each version holds a copy of the
+weights (a checkpoint file, copied in the artifact store, so retention of the trial's
+checkpoints never deletes it), the architecture that builds it (the spec's ``model.arch``:
+zoo name and arguments), metrics, hyperparameters and lineage (experiment, trial, checkpoint,
+data, and the version it was compressed from). Members of the owning tenant read and register;
+its tenant admins share a model with other tenants, whose members may then read it and start
+trainings from it; cluster admins see all (docs/adr/0015-model-registry.md).
+
+A spec's ``model.init_from`` is resolved here at submit (:meth:`pin_init_from`): a name is
+pinned to its latest version, a model the submitting tenant cannot see is refused with the
+field's path. The trial's runtime then downloads the weights with its own token
+(:meth:`init_weights`), checked again.
+"""
+
+from __future__ import annotations
+
+import uuid as uuid_lib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from trainhub.core import limits
+from trainhub.core.errors import (
+    Conflict,
+    FieldError,
+    InvalidRequest,
+    InvalidSpec,
+    NotFound,
+    PermissionDenied,
+    QuotaExceeded,
+)
+from trainhub.core.model_spec import ModelRef, parse_model_ref
+from trainhub.core.spec import ExperimentSpec
+from trainhub.service.auth import check_read, check_trial_scope, check_write, require_user
+from trainhub.service.clock import Clock
+from trainhub.service.ports import ArtifactStore, Principal
+from trainhub.service.records import Checkpoint
+from trainhub.service.repository import UnitOfWork
+from trainhub.service.tracking import StorageQuota
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    id: int
+    model: str
+    tenant: str
+    version: int
+    storage_key: str
+    size_bytes: int
+    arch: dict[str, Any]
+    metrics: dict[str, Any]
+    hparams: dict[str, Any]
+    lineage: dict[str, Any]
+    created_at: float
+    created_by: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.tenant}/{self.model}:{self.version}"
+
+
+@dataclass(frozen=True)
+class RegisteredModel:
+    id: int
+    name: str
+    tenant: str
+    description: str
+    created_at: float
+    created_by: str
+    shared_with: tuple[str, ...] = ()
+    versions: tuple[ModelVersion, ...] = field(default=())
+
+    @property
+    def latest(self) -> ModelVersion | None:
+        return max(self.versions, key=lambda v: v.version) if self.versions else None
+
+
+@dataclass(frozen=True)
+class NewVersion:
+    """What a version is made of, besides its weights."""
+
+    arch: dict[str, Any]
+    metrics: dict[str, Any]
+    hparams: dict[str, Any]
+    lineage: dict[str, Any]
+
+
+class ModelStore(Protocol):
+    """Models, versions and shares in the database (``adapters/db/registry_store.py``)."""
+
+    def find_models(self, name: str, tenant: str | None = None) -> list[RegisteredModel]:
+        """Models called ``name`` (in ``tenant`` only, if given), with versions and shares."""
+        ...
+
+    def list_models(self, tenants: Sequence[str] | None, limit: int) -> list[RegisteredModel]:
+        """Models owned by or shared with ``tenants`` (all when None), by name."""
+        ...
+
+    def add_version(
+        self,
+        tenant: str,
+        name: str,
+        description: str,
+        storage_key: str,
+        size_bytes: int,
+        new: NewVersion,
+        created_by: str,
+        now: float,
+    ) -> ModelVersion:
+        """Create the model if it does not exist, then its next version."""
+        ...
+
+    def set_share(self, model_id: int, tenant: str, shared: bool) -> None: ...
+
+    def bytes_of_tenant(self, tenant: str) -> int:
+        """Bytes of every version of the tenant's models."""
+        ...
+
+
+def _visible_to(model: RegisteredModel, tenants: Sequence[str] | None) -> bool:
+    return tenants is None or model.tenant in tenants or bool(set(model.shared_with) & set(tenants))
+
+
+def _readable_tenants(principal: Principal) -> list[str] | None:
+    if principal.is_admin:
+        return None
+    return sorted(principal.roles)
+
+
+def _latest_checkpoint(checkpoints: list[Checkpoint]) -> Checkpoint | None:
+    return max(checkpoints, key=lambda c: (c.step, c.id)) if checkpoints else None
+
+
+def _model_key(tenant: str, name: str) -> str:
+    return f"tenants/{tenant}/models/{name}/{uuid_lib.uuid4().hex}.ckpt"
+
+
+class RegistryService:
+    def __init__(
+        self, uow: UnitOfWork, models: ModelStore, store: ArtifactStore, clock: Clock
+    ) -> None:
+        self.uow = uow
+        self.models = models
+        self.store = store
+        self.clock = clock
+
+    # --- reading ---
+
+    def _find(self, ref: ModelRef, tenants: Sequence[str] | None, what: str) -> RegisteredModel:
+        """The one model ``ref`` names among those ``tenants`` see (the owner's first)."""
+        assert ref.name is not None
+        found = [
+            m for m in self.models.find_models(ref.name, ref.tenant) if _visible_to(m, tenants)
+        ]
+        if tenants is not None and len(found) > 1:
+            own = [m for m in found if m.tenant in tenants]
+            found = own or found
+        if not found:
+            raise NotFound(f"model {ref} does not exist{what}", "see `trainhub models ls`")
+        if len(found) > 1:
+            owners = ", ".join(sorted(m.tenant for m in found))
+            raise InvalidRequest(
+                f"several models are called {ref.name!r} (tenants {owners})",
+                f"name it TENANT/{ref.name}",
+            )
+        return found[0]
+
+    def _version(self, model: RegisteredModel, version: int | None) -> ModelVersion:
+        if version is None:
+            latest = model.latest
+            if latest is None:
+                raise NotFound(f"model {model.name} has no version")
+            return latest
+        for item in model.versions:
+            if item.version == version:
+                return item
+        have = ", ".join(str(v.version) for v in model.versions) or "none"
+        raise NotFound(f"model {model.name} has no version {version}", f"its versions: {have}")
+
+    def list_models(self, principal: Principal, limit: int = 100) -> list[RegisteredModel]:
+        require_user(principal)
+        limit = max(1, min(limit, limits.MAX_MODELS_LISTED))
+        return self.models.list_models(_readable_tenants(principal), limit)
+
+    def get_model(self, principal: Principal, name: str, tenant: str | None) -> RegisteredModel:
+        require_user(principal)
+        ref = _ref(name, tenant)
+        return self._hide_shares(principal, self._find(ref, _readable_tenants(principal), ""))
+
+    def get_version(
+        self, principal: Principal, name: str, version: int | None, tenant: str | None
+    ) -> ModelVersion:
+        return self._version(self.get_model(principal, name, tenant), version)
+
+    def version_chunks(
+        self, principal: Principal, name: str, version: int | None, tenant: str | None
+    ) -> tuple[ModelVersion, Iterator[bytes]]:
+        found = self.get_version(principal, name, version, tenant)
+        return found, self.store.iter_chunks(found.storage_key)
+
+    def _hide_shares(self, principal: Principal, model: RegisteredModel) -> RegisteredModel:
+        """Other tenants see a shared model, not whom else it is shared with."""
+        if principal.is_admin or model.tenant in principal.roles:
+            return model
+        return replace(
+            model, shared_with=tuple(t for t in model.shared_with if t in principal.roles)
+        )
+
+    # --- writing ---
+
+    def register(
+        self,
+        principal: Principal,
+        trial_id: int,
+        name: str,
+        *,
+        checkpoint_id: int | None = None,
+        description: str = "",
+        arch: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        lineage: Mapping[str, Any] | None = None,
+    ) -> ModelVersion:
+        """A new version of model ``name`` (in the trial's tenant) from a checkpoint of the
+        trial: the one given, or its latest. ``arch`` overrides the spec's ``model.arch``;
+        ``metrics`` and ``lineage`` add to what the trial recorded."""
+        require_user(principal)
+        ref = _ref(name, None)
+        if len(description) > limits.MAX_MODEL_DESCRIPTION_CHARS:
+            raise InvalidRequest(
+                f"the description has {len(description)} characters; the limit is "
+                f"{limits.MAX_MODEL_DESCRIPTION_CHARS}"
+            )
+        with self.uow() as repo:
+            trial = repo.get_trial(trial_id)
+            if trial is None:
+                raise NotFound(f"trial {trial_id} does not exist")
+            check_write(principal, trial.tenant, f"trial {trial_id}")
+            experiment = repo.experiment_of(trial_id)
+            checkpoints = repo.list_checkpoints(trial_id)
+            tenant = repo.get_tenant(trial.tenant)
+            checkpoint_bytes = repo.checkpoint_bytes_by_tenant().get(trial.tenant, 0)
+        if checkpoint_id is None:
+            checkpoint = _latest_checkpoint(checkpoints)
+            if checkpoint is None:
+                raise Conflict(
+                    f"trial {trial_id} has no checkpoint to register",
+                    "save one with ctx.save_checkpoint(...) in the script",
+                )
+        else:
+            matching = [c for c in checkpoints if c.id == checkpoint_id]
+            if not matching:
+                raise NotFound(f"checkpoint {checkpoint_id} of trial {trial_id} does not exist")
+            checkpoint = matching[0]
+        assert tenant is not None
+        quota = StorageQuota.of(tenant).max_storage_bytes
+        used = checkpoint_bytes + self.models.bytes_of_tenant(trial.tenant)
+        if used + checkpoint.size_bytes > quota:
+            raise QuotaExceeded(
+                f"a model version of {checkpoint.size_bytes} bytes does not fit in tenant "
+                f"{trial.tenant!r}'s storage quota of {quota} bytes ({max(0, quota - used)} left; "
+                "registered models count with checkpoints)",
+                "delete old checkpoints or ask an admin to raise the quota",
+            )
+        spec = ExperimentSpec.model_validate(experiment.spec)
+        spec_arch = spec.model.arch.model_dump(mode="json") if spec.model.arch else {}
+        recorded = {**trial.latest_metrics, **checkpoint.metrics}
+        recorded.pop("step", None)
+        new = NewVersion(
+            arch=dict(arch) if arch else spec_arch,
+            metrics={**recorded, **(metrics or {})},
+            hparams=dict(trial.hparams),
+            lineage={
+                "experiment_id": experiment.id,
+                "experiment": experiment.name,
+                "project": experiment.project,
+                "trial_id": trial_id,
+                "checkpoint_id": checkpoint.id,
+                "checkpoint_step": checkpoint.step,
+                "data": trial.hparams.get("dataset", trial.hparams.get("data")),
+                "init_from": spec.model.init_from,
+                **(lineage or {}),
+            },
+        )
+        # the weights are copied before the transaction opens (as checkpoint uploads are)
+        key = _model_key(trial.tenant, ref.name or name)
+        writer = self.store.open_writer(key)
+        try:
+            for chunk in self.store.iter_chunks(checkpoint.storage_key):
+                writer.write(chunk)
+            size = writer.commit()
+        except BaseException:
+            writer.abort()
+            raise
+        try:
+            return self.models.add_version(
+                trial.tenant,
+                ref.name or name,
+                description,
+                key,
+                size,
+                new,
+                principal.username,
+                self.clock(),
+            )
+        except BaseException:
+            self.store.delete(key)
+            raise
+
+    def share(
+        self, principal: Principal, name: str, tenant: str, shared: bool, owner: str | None = None
+    ) -> RegisteredModel:
+        """Share model ``name`` with ``tenant`` (or stop): tenant admins of its owner only."""
+        model = self.get_model(principal, name, owner)
+        if not principal.is_admin and principal.roles.get(model.tenant) != "admin":
+            raise PermissionDenied(
+                f"only admins of tenant {model.tenant!r} share its models",
+                "ask a tenant admin",
+            )
+        with self.uow() as repo:
+            if repo.get_tenant(tenant) is None:
+                raise NotFound(f"tenant {tenant!r} does not exist")
+        if tenant == model.tenant:
+            raise InvalidRequest(f"model {name} already belongs to tenant {tenant!r}")
+        if shared and len(model.shared_with) >= limits.MAX_MODEL_SHARES:
+            raise InvalidRequest(
+                f"model {name} is shared with {len(model.shared_with)} tenants; the limit is "
+                f"{limits.MAX_MODEL_SHARES}"
+            )
+        self.models.set_share(model.id, tenant, shared)
+        return self.get_model(principal, name, model.tenant)
+
+    # --- starting a training from a model ---
+
+    def pin_init_from(
+        self, principal: Principal, tenant: str, spec: ExperimentSpec
+    ) -> ExperimentSpec:
+        """Check the spec's ``model.init_from`` for a submission into ``tenant`` and pin a
+        name to its latest version (``TENANT/NAME:VERSION``); 422 with the field's path when
+        the model or trial does not exist or ``tenant`` may not read it."""
+        ref = spec.model.ref
+        if ref is None:
+            return spec
+        if ref.trial_id is not None:
+            self._trial_source(ref.trial_id, tenant, principal)
+            return spec
+        try:
+            model = self._find(ref, [tenant], f" or is not shared with tenant {tenant!r}")
+            version = self._version(model, ref.version)
+        except (NotFound, InvalidRequest) as exc:
+            raise InvalidSpec(
+                [FieldError("model.init_from", exc.message, exc.hint or "see `trainhub models ls`")]
+            ) from None
+        pinned = spec.model.model_copy(update={"init_from": version.ref})
+        return spec.model_copy(update={"model": pinned})
+
+    def _trial_source(self, trial_id: int, tenant: str, principal: Principal | None) -> Checkpoint:
+        def refuse(message: str, hint: str = "") -> InvalidSpec:
+            return InvalidSpec([FieldError("model.init_from", message, hint)])
+
+        with self.uow() as repo:
+            trial = repo.get_trial(trial_id)
+            visible = trial is not None and trial.tenant == tenant
+            if visible and principal is not None and trial is not None:
+                try:
+                    check_read(principal, trial.tenant, f"trial {trial_id}")
+                except NotFound:
+                    visible = False
+            if not visible:
+                raise refuse(
+                    f"trial {trial_id} does not exist in tenant {tenant!r}",
+                    "a trial of another tenant starts nothing: register it and share the model",
+                )
+            checkpoint = _latest_checkpoint(repo.list_checkpoints(trial_id))
+        if checkpoint is None:
+            raise refuse(f"trial {trial_id} has no checkpoint", "pick a trial that saved one")
+        return checkpoint
+
+    def init_weights(self, principal: Principal, trial_id: int) -> tuple[int, Iterator[bytes]]:
+        """The weights trial ``trial_id`` starts from (its spec's ``model.init_from``), for its
+        own runtime (or a reader of its tenant): size and chunks."""
+        with self.uow() as repo:
+            trial = repo.get_trial(trial_id)
+            if trial is None:
+                raise NotFound(f"trial {trial_id} does not exist")
+            check_trial_scope(principal, trial_id, trial.tenant, write=False)
+            spec = ExperimentSpec.model_validate(repo.experiment_of(trial_id).spec)
+        ref = spec.model.ref
+        if ref is None:
+            raise NotFound(f"trial {trial_id} starts from no model (its spec has no init_from)")
+        try:
+            if ref.trial_id is not None:
+                checkpoint = self._trial_source(ref.trial_id, trial.tenant, None)
+                return checkpoint.size_bytes, self.store.iter_chunks(checkpoint.storage_key)
+            model = self._find(
+                ref, [trial.tenant], f" or is no longer shared with {trial.tenant!r}"
+            )
+            version = self._version(model, ref.version)
+        except InvalidSpec as exc:
+            raise NotFound(exc.errors[0].message) from None
+        return version.size_bytes, self.store.iter_chunks(version.storage_key)
+
+
+def _ref(name: str, tenant: str | None) -> ModelRef:
+    try:
+        ref = parse_model_ref(f"{tenant}/{name}" if tenant else name)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+    if ref.trial_id is not None or ref.version is not None:
+        raise InvalidRequest(f"{name!r} is not a model name", "a name, without ':VERSION'")
+    return ref

@@ -1,0 +1,77 @@
+"""`trainhub models ...` and `trainhub compress` against a live server."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.api.test_auth import submit
+from tests.api.trials import start_attempt
+from tests.cli.conftest import Cli, LiveServer
+from trainhub import models
+
+pytest.importorskip("onnxruntime")
+
+SPEC = (
+    "name: pretrain\nentrypoint: python train.py\n"
+    "model: {arch: {zoo: lenet5, args: {num_classes: 10}, input: [1, 28, 28]}}\n"
+)
+
+
+def test_register_list_show_download_export_suggest_and_compress(
+    live: LiveServer, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = live.api
+    alice = api.user("alice", "vision")
+    trial_id = submit(api, alice, SPEC).json()["trials"][0]["id"]
+    own = start_attempt(api, trial_id)
+    torch.manual_seed(0)
+    net = models.create("lenet5", num_classes=10)
+    buffer = io.BytesIO()
+    torch.save({"model": net.state_dict(), "epoch": 1}, buffer)
+    r = api.client.post(
+        f"/api/v1/trials/{trial_id}/checkpoints",
+        params={"uuid": "c1", "step": 1, "metrics": '{"val_accuracy": 0.97}'},
+        content=buffer.getvalue(),
+        headers=own,
+    )
+    assert r.status_code == 201, r.text
+
+    result = cli("models", "register", str(trial_id), "--name", "digits", token=alice)
+    assert result.exit_code == 0, result.output
+    assert "registered vision/digits:1" in result.output
+    listed = cli("models", "ls", token=alice)
+    assert "digits" in listed.output
+    assert "val_accuracy=0.97" in listed.output
+    shown = cli("models", "show", "digits:1", token=alice)
+    assert json.loads(shown.output)["arch"]["zoo"] == "lenet5"
+
+    monkeypatch.chdir(tmp_path)
+    assert cli("models", "download", "digits", token=alice).exit_code == 0
+    state = torch.load(tmp_path / "digits-v1.pt", weights_only=True)
+    assert torch.equal(state["model"]["classifier.5.bias"], net.classifier[5].bias)
+    exported = cli("models", "export", "digits", "--format", "onnx", token=alice)
+    assert exported.exit_code == 0, exported.output
+    assert "checked against PyTorch" in exported.output
+    assert (tmp_path / "digits-v1.onnx").stat().st_size > 200_000
+
+    suggested = cli("models", "suggest", "--input", "1x28x28", "--classes", "10", token=alice)
+    assert suggested.exit_code == 0, suggested.output
+    first = next(line for line in suggested.output.splitlines() if line.strip().startswith("│ 1"))
+    assert "vision/digits:1" in first
+
+    compressed = cli("compress", "digits", "--prune", "0.5", "--no-wait", token=alice)
+    assert compressed.exit_code == 0, compressed.output
+    experiments = api.client.get("/api/v1/experiments", headers=api.headers(alice)).json()
+    job = next(e for e in experiments["data"] if e["name"] == "compress-digits")
+    spec = api.client.get(f"/api/v1/experiments/{job['id']}", headers=api.headers(alice)).json()
+    assert spec["spec"]["model"]["init_from"] == "vision/digits:1"
+    assert spec["spec"]["entrypoint"].startswith("python -m trainhub.jobs.compress --arch")
+
+    bad = cli("models", "show", "nope:x", token=alice)
+    assert bad.exit_code == 2
+    assert "a version is a positive integer" in bad.output
