@@ -25,6 +25,7 @@ from trainhub.service.ports import Principal
 
 _READ_ROWS = 100_000
 _CACHED_TRIALS = 16
+_DRAWN_KEPT = 8  # downsampled views kept per trial (full view, zooms)
 
 
 @dataclass
@@ -34,7 +35,9 @@ class _Series:
     steps: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     values: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
     # downsampled series by bucket count, until new points arrive
-    drawn: dict[int, dict[str, Any]] = field(default_factory=dict)
+    drawn: dict[tuple[int, tuple[float, float] | None], dict[str, Any]] = field(
+        default_factory=dict
+    )
 
     def extend(self, steps: list[int], rows: list[dict[str, float]]) -> None:
         new_steps = np.asarray(steps, dtype=np.float64)
@@ -51,18 +54,31 @@ class _Series:
         self.last_step = steps[-1]
         self.drawn.clear()
 
-    def downsampled(self, buckets: int) -> dict[str, Any]:
-        metrics = self.drawn.get(buckets)
+    def downsampled(
+        self, buckets: int, x_range: tuple[float, float] | None = None
+    ) -> dict[str, Any]:
+        """Each metric downsampled to ``buckets``; within ``x_range`` (a zoom) when given,
+        with the points just outside it, so the lines reach the chart's edges."""
+        key = (buckets, x_range)
+        metrics = self.drawn.get(key)
         if metrics is None:
+            lo, hi = 0, self.steps.size
+            if x_range is not None:
+                lo = max(0, int(np.searchsorted(self.steps, x_range[0], "left")) - 1)
+                hi = min(self.steps.size, int(np.searchsorted(self.steps, x_range[1], "right")) + 1)
+            steps = self.steps[lo:hi]
             metrics = {}
-            for name, values in sorted(self.values.items()):
+            for name, all_values in sorted(self.values.items()):
+                values = all_values[lo:hi]
                 present = ~np.isnan(values)
                 if present.all():
-                    xs, ys = minmax_downsample(self.steps, values, buckets)
+                    xs, ys = minmax_downsample(steps, values, buckets)
                 else:
-                    xs, ys = minmax_downsample(self.steps[present], values[present], buckets)
+                    xs, ys = minmax_downsample(steps[present], values[present], buckets)
                 metrics[name] = {"x": xs.tolist(), "y": ys.tolist()}
-            self.drawn[buckets] = metrics
+            if x_range is not None and len(self.drawn) >= _DRAWN_KEPT:
+                self.drawn.clear()  # zooms come and go: keep a few
+            self.drawn[key] = metrics
         return metrics
 
 
@@ -94,9 +110,18 @@ class ChartCache:
                     return series
 
     def chart(
-        self, principal: Principal, trial_id: int, attempts: int, buckets: int = DEFAULT_BUCKETS
+        self,
+        principal: Principal,
+        trial_id: int,
+        attempts: int,
+        buckets: int = DEFAULT_BUCKETS,
+        x_range: tuple[float, float] | None = None,
     ) -> dict[str, Any]:
-        """{"points": n, "metrics": {name: {"x": [...], "y": [...]}}}, each downsampled."""
+        """{"points": n, "metrics": {name: {"x": [...], "y": [...]}}}, each downsampled (within
+        ``x_range`` of steps when zoomed: the detail of that range at full resolution)."""
         series = self._refresh(principal, trial_id, attempts)
         with self._lock:
-            return {"points": int(series.steps.size), "metrics": series.downsampled(buckets)}
+            return {
+                "points": int(series.steps.size),
+                "metrics": series.downsampled(buckets, x_range),
+            }

@@ -17,6 +17,7 @@ from trainhub.api.routes.monitoring import (
     control_node,
     list_nodes,
     node_health,
+    trial_gpus,
 )
 from trainhub.service.ports import Principal
 from trainhub.web.site import PREFIX, Site, templates
@@ -40,6 +41,19 @@ def render_nodes(site: Site, principal: Principal, csrf: str) -> str:
     """The nodes' part of the page (what a live update replaces)."""
     template = templates.get_template("_nodes.html")
     return template.render(user=principal, csrf=csrf, **cluster_context(site, principal))
+
+
+def trial_gpus_context(site: Site, principal: Principal, trial_id: int) -> dict[str, Any]:
+    """The GPUs a trial's processes use (the caller already checked it may see the trial)."""
+    if site.services.monitoring is None:
+        return {"usage": [], "usage_note": "Node monitoring is off on this control plane."}
+    usage = trial_gpus(site.services, principal, trial_id).data
+    return {"usage": usage, "usage_note": "No node agent has seen its processes (yet)."}
+
+
+def render_trial_gpus(site: Site, principal: Principal, trial_id: int) -> str:
+    template = templates.get_template("_trial_gpus.html")
+    return template.render(**trial_gpus_context(site, principal, trial_id))
 
 
 def add_cluster_routes(router: APIRouter, site: Site) -> None:

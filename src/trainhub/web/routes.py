@@ -14,14 +14,19 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from trainhub.core.errors import Conflict, NotFound, TrainhubError, Unauthenticated
+from trainhub.core.errors import Conflict, InvalidRequest, NotFound, TrainhubError, Unauthenticated
+from trainhub.core.limits import INT64_MAX
+from trainhub.core.spec_changes import parse_changes
 from trainhub.core.states import ExperimentState
 from trainhub.service.container import Services
 from trainhub.service.ports import Principal
+from trainhub.service.steering import SteeringService
 from trainhub.web.admin import add_admin_routes
-from trainhub.web.cluster import add_cluster_routes
+from trainhub.web.cluster import add_cluster_routes, trial_gpus_context
 from trainhub.web.sessions import LOGIN_CSRF_COOKIE, SESSION_COOKIE
 from trainhub.web.site import HERE, PAGE_SIZE, PREFIX, LoginNeeded, Site, templates
+from trainhub.web.streams import add_live_routes
+from trainhub.web.views import experiment_context
 
 
 def _cookie_flags(request: Request) -> dict[str, Any]:
@@ -38,6 +43,14 @@ def _safe_next(target: str | None) -> str:
     if target and target.startswith(PREFIX + "/") and not target.startswith("//"):
         return target
     return f"{PREFIX}/experiments"
+
+
+def _steering_of(services: Services) -> SteeringService:
+    if services.steering is None:
+        raise Conflict(
+            "this control plane runs without search and steering", "start it with trainhub server"
+        )
+    return services.steering
 
 
 def build_router(services: Services) -> APIRouter:
@@ -167,24 +180,23 @@ def build_router(services: Services) -> APIRouter:
     @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
     def experiment_page(request: Request, experiment_id: int) -> Response:
         def build(principal: Principal) -> dict[str, Any]:
-            detail = services.experiments.get(principal, experiment_id)
-            metric, mode, best = None, "min", {}
-            if services.steering is not None:
-                progress = services.steering.progress(principal, experiment_id)
-                metric, mode = progress.metric, progress.mode
-                best = {r.trial.id: r.metric for r in progress.results}
-            hparam_names = sorted({k for t in detail.trials for k in t.hparams})
-            return {
-                "experiment": detail.experiment,
-                "trials": detail.trials,
-                "metric": metric,
-                "mode": mode,
-                "best": best,
-                "hparam_names": hparam_names,
-                "steerable": services.steering is not None,
-            }
+            return experiment_context(services, principal, experiment_id)
 
         return web.page(request, "experiment.html", build)
+
+    @router.post("/experiments/{experiment_id}/clone")
+    async def clone_experiment(request: Request, experiment_id: int) -> Response:
+        def act(principal: Principal, form: dict[str, str]) -> str:
+            changes = parse_changes([ln for ln in form.get("set", "").splitlines() if ln.strip()])
+            raw = form.get("from_trial", "").strip()
+            from_trial = int(raw) if raw.isdigit() and len(raw) < 19 else None
+            if raw and from_trial is None:
+                raise InvalidRequest(f"from_trial: {raw[:40]!r} is not a trial id")
+            steering = _steering_of(services)
+            detail = steering.clone_experiment(principal, experiment_id, changes, from_trial)
+            return f"{PREFIX}/experiments/{detail.experiment.id}"
+
+        return await web.action(request, act, f"{PREFIX}/experiments/{experiment_id}")
 
     @router.get("/experiments/{experiment_id}/curves.json")
     def experiment_curves(request: Request, experiment_id: int, metric: str = "") -> Response:
@@ -205,12 +217,7 @@ def build_router(services: Services) -> APIRouter:
         """``steering.<verb>_<kind>`` (e.g. ``pause_trial``), refused where search is off."""
 
         def act(principal: Principal, object_id: int) -> None:
-            if services.steering is None:
-                raise Conflict(
-                    "this control plane runs without search and steering",
-                    "start it with trainhub server",
-                )
-            getattr(services.steering, f"{verb}_{kind}")(principal, object_id)
+            getattr(_steering_of(services), f"{verb}_{kind}")(principal, object_id)
 
         return act
 
@@ -244,6 +251,7 @@ def build_router(services: Services) -> APIRouter:
                 "events": detail.events[-50:],
                 "ranks": list(range(len(latest.placement))) if latest else [],
                 "steerable": services.steering is not None,
+                **trial_gpus_context(web, principal, trial_id),
             }
 
         return web.page(request, "trial.html", build)
@@ -253,10 +261,14 @@ def build_router(services: Services) -> APIRouter:
         request: Request,
         trial_id: int,
         buckets: Annotated[int, Query(ge=10, le=10_000)] = 2000,
+        x0: Annotated[float | None, Query(ge=-INT64_MAX, le=INT64_MAX)] = None,
+        x1: Annotated[float | None, Query(ge=-INT64_MAX, le=INT64_MAX)] = None,
     ) -> Response:
+        x_range = (x0, x1) if x0 is not None and x1 is not None and x0 < x1 else None
+
         def build(principal: Principal) -> dict[str, Any]:
             trial = services.experiments.get_trial(principal, trial_id).trial
-            chart = web.charts.chart(principal, trial_id, trial.num_attempts, buckets)
+            chart = web.charts.chart(principal, trial_id, trial.num_attempts, buckets, x_range)
             chart["state"] = trial.state.value
             return chart
 
@@ -329,6 +341,7 @@ def build_router(services: Services) -> APIRouter:
 
     add_cluster_routes(router, web)
     add_admin_routes(router, web)
+    add_live_routes(router, web)
     return router
 
 

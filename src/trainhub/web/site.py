@@ -22,6 +22,7 @@ from trainhub.service.container import Services
 from trainhub.service.ports import Principal
 from trainhub.web.charts import ChartCache
 from trainhub.web.sessions import SESSION_COOKIE, Session, Sessions
+from trainhub.web.slots import StreamSlots
 
 PREFIX = "/ui"
 PAGE_SIZE = 50
@@ -57,6 +58,7 @@ class Site:
         self.sessions = Sessions()
         self.charts = ChartCache(services)
         self.limiter = FailedAuthLimiter()  # the API's bound on guessing tokens, here too
+        self.streams = StreamSlots()  # live updates (web/live.py)
 
     def session(self, request: Request) -> tuple[Session, Principal]:
         session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
