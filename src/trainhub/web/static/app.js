@@ -264,7 +264,7 @@ function drawParcoords(canvas, pc) {
     ctx.font = a.metric ? "bold 12px system-ui" : "12px system-ui";
     ctx.fillText(a.name + (a.kind === "log" ? " (log)" : ""), x, top - 14);
     ctx.font = "11px system-ui"; ctx.fillStyle = "#4b5563";
-    const label = (v) => (typeof v === "number" ? Number(v).toPrecision(3) : String(v));
+    const label = (v) => (typeof v === "number" && !Number.isInteger(v) ? Number(v).toPrecision(3) : String(v));
     if (a.kind === "category") a.ticks.forEach((t) => ctx.fillText(t, x, y(unit[i](t)) + 4));
     else { ctx.fillText(label(a.max), x, top - 2); ctx.fillText(label(a.min), x, bottom + 14); }
   });
