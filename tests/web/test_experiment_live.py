@@ -148,7 +148,8 @@ def test_zoom_asks_the_server_for_the_detail_of_the_range(browser: Any, site: Si
     page.mouse.up()
     page.wait_for_function("document.getElementById('charts').dataset.zoom !== ''")
     x0, x1 = (int(v) for v in (page.get_attribute("#charts", "data-zoom") or "").split(","))
-    assert 9_000 < x0 < 10_000 < 11_000 < x1 < 12_000
+    assert 9_000 < x0 < 10_000
+    assert 11_000 < x1 < 12_000
     # every point of the range is drawn now (fewer than 4 per bucket: nothing to drop)
     page.wait_for_function(
         f"Number(document.querySelector('canvas[data-metric=loss]').dataset.shown) >= {x1 - x0}"
