@@ -22,6 +22,7 @@ from trainhub.service.container import Services
 from trainhub.service.control_loop import ControlLoop, LoopConfig
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
+from trainhub.service.profiling import ProfilingService
 from trainhub.service.search import SearchService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
@@ -147,6 +148,7 @@ def make_private(settings: Settings) -> None:
 
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+    from trainhub.adapters.db.profile_store import SqlProfileStore
     from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
     from trainhub.adapters.monitor.agent import RayNodeMonitor
     from trainhub.adapters.monitor.node_store import SqlNodeControlStore
@@ -220,6 +222,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         warnings=tuple(warnings),
         steering=SteeringService(search_uow, experiments, store, backend, clock),
         monitoring=monitoring,
+        profiling=ProfilingService(uow, SqlProfileStore(engine), store, clock),
     )
     bootstrap = admin.bootstrap()
     return ControlPlane(

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from tests.fixtures.api import Api, serve
 from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from trainhub.adapters.db.profile_store import SqlProfileStore
 from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
 from trainhub.adapters.monitor.node_store import SqlNodeControlStore
 from trainhub.adapters.optuna_search import OptunaSearch
@@ -23,6 +24,7 @@ from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService, NodeInventory, NodeSample
+from trainhub.service.profiling import ProfilingService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
@@ -77,6 +79,7 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
         experiments=experiments,
         steering=steering,
         monitoring=monitoring,
+        profiling=ProfilingService(uow, SqlProfileStore(engine), store, system_clock),
         tracking=TrackingService(uow, store, system_clock),
         admin=admin,
         usage=UsageService(uow, system_clock),

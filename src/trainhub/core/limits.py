@@ -61,6 +61,13 @@ MAX_LIVE_STREAMS = 200
 LIVE_STREAM_MAX_S = 300.0
 LIVE_HEARTBEAT_S = 15.0
 
+# profiling a running trial (trainhub profile): steps per request, the operators kept per rank,
+# and one rank's trace file (gzip-compressed Chrome trace JSON)
+MAX_PROFILE_STEPS = 500
+MAX_PROFILE_OPS = 50
+MAX_PROFILE_OP_NAME_CHARS = 512
+MAX_PROFILE_TRACE_BYTES = 64 * 1024 * 1024
+
 # failed authentication: this many per client address in a window, then 429 until it ends
 MAX_FAILED_AUTH_PER_WINDOW = 20
 FAILED_AUTH_WINDOW_S = 60.0

@@ -11,6 +11,7 @@ from trainhub.service.clock import Clock
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
 from trainhub.service.ports import Principal
+from trainhub.service.profiling import ProfilingService
 from trainhub.service.repository import UnitOfWork
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
@@ -30,6 +31,7 @@ class Services:
     warnings: tuple[str, ...] = ()  # what an admin must know about this deployment
     steering: SteeringService | None = None  # searches, pause/resume, clone (api/routes/search)
     monitoring: MonitoringService | None = None  # nodes, health, /metrics (api/routes/monitoring)
+    profiling: ProfilingService | None = None  # trainhub profile (api/routes/profiles)
 
     def authenticate(self, secret: str | None) -> Principal:
         return authenticate_with(self.uow, self.clock, secret)
