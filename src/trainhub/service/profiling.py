@@ -3,7 +3,8 @@ the request (it polls with the trial's token), runs torch.profiler for its next 
 uploads its top operators and its Chrome/Perfetto trace. The profile is done when every rank
 of the attempt has uploaded.
 
-States: REQUESTED (no rank has answered) -> RUNNING (some ranks uploaded) -> DONE (all did);
+States: REQUESTED (no rank has answered) -> RUNNING (some ranks uploaded) -> DONE (every
+rank's trace is in);
 a profile still open when its trial stops running (or after ``expire_s``) is FAILED. One open
 profile per trial at a time.
 """
@@ -205,7 +206,10 @@ class ProfilingService:
         self.profiles.put_rank(
             profile_id, RankProfile(rank, ops, key, len(trace or b""), self.clock())
         )
-        done = {r.rank for r in profile.ranks} | {rank}
+        # a rank is done once its trace is in (it sends its table first)
+        done = {r.rank for r in profile.ranks if r.trace_key and r.rank != rank}
+        if key is not None:
+            done.add(rank)
         state = ProfileState.DONE if len(done) >= profile.world_size else ProfileState.RUNNING
         self.profiles.set_state(profile_id, state)
         return self.get(principal, trial_id, profile_id)

@@ -23,6 +23,7 @@ from trainhub.service.ports import Principal
 from trainhub.service.steering import SteeringService
 from trainhub.web.admin import add_admin_routes
 from trainhub.web.cluster import add_cluster_routes, trial_gpus_context
+from trainhub.web.profiles import add_profile_routes, profiles_context
 from trainhub.web.sessions import LOGIN_CSRF_COOKIE, SESSION_COOKIE
 from trainhub.web.site import HERE, PAGE_SIZE, PREFIX, LoginNeeded, Site, templates
 from trainhub.web.streams import add_live_routes
@@ -252,6 +253,7 @@ def build_router(services: Services) -> APIRouter:
                 "ranks": list(range(len(latest.placement))) if latest else [],
                 "steerable": services.steering is not None,
                 **trial_gpus_context(web, principal, trial_id),
+                **profiles_context(web, principal, trial_id),
             }
 
         return web.page(request, "trial.html", build)
@@ -342,6 +344,7 @@ def build_router(services: Services) -> APIRouter:
     add_cluster_routes(router, web)
     add_admin_routes(router, web)
     add_live_routes(router, web)
+    add_profile_routes(router, web)
     return router
 
 

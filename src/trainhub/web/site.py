@@ -106,6 +106,13 @@ class Site:
         except TrainhubError as exc:
             return JSONResponse({"code": exc.code, "message": exc.message}, exc.status_code)
 
+    def guarded(self, request: Request, answer: Callable[[], Response]) -> Response:
+        """``answer()``, or the service's error as JSON (downloads)."""
+        try:
+            return answer()
+        except TrainhubError as exc:
+            return JSONResponse({"code": exc.code, "message": exc.message}, exc.status_code)
+
     async def action(
         self,
         request: Request,

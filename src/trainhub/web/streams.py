@@ -18,6 +18,7 @@ from trainhub.core.downsample import DEFAULT_BUCKETS
 from trainhub.service.ports import Principal
 from trainhub.web.cluster import render_nodes, render_trial_gpus
 from trainhub.web.live import Event, Produce, stream
+from trainhub.web.profiles import render_profiles
 from trainhub.web.sessions import SESSION_COOKIE
 from trainhub.web.site import Site
 from trainhub.web.views import experiment_update
@@ -69,6 +70,7 @@ def trial_produce(site: Site, trial_id: int, rank: int, last_event_id: str | Non
                     f"{chunk.attempt}:{offset}",
                 )
             )
+        events.append(("profiles", {"html": render_profiles(site, principal, trial_id)}, None))
         if tick % 3 == 1 and state not in _TERMINAL:  # the agents sample every few seconds
             events.append(("gpus", {"html": render_trial_gpus(site, principal, trial_id)}, None))
         return events

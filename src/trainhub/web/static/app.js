@@ -199,6 +199,7 @@ function trialPage(root) {
       chart: (body) => { last = body; render(); fetchZoom(); },
       log: onLog,
       gpus: (body) => { const g = document.getElementById("trial-gpus"); if (g) g.innerHTML = body.html; },
+      profiles: (body) => { const g = document.getElementById("profiles"); if (g) g.innerHTML = body.html; },
     });
   }
   document.querySelectorAll("button.rank").forEach((b) => b.addEventListener("click", () => {
