@@ -170,7 +170,7 @@ class ControlPlaneClient:
             lambda: self._http.put(
                 f"{path}/trace",
                 content=trace_gz,
-                headers={"Content-Type": "application/gzip"},
+                headers={"Content-Type": "application/octet-stream"},
                 timeout=max(self._timeout_s, 60.0),
             )
         )

@@ -166,7 +166,9 @@ def upload_rank_table(
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
         }
     },
 )
