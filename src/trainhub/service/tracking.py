@@ -25,7 +25,15 @@ from trainhub.service.auth import check_trial_scope
 from trainhub.service.clock import Clock
 from trainhub.service.keys import checkpoint_key, log_key
 from trainhub.service.ports import ArtifactStore, BlobWriter, Principal
-from trainhub.service.records import KEEP, Checkpoint, MetricPoint, Tenant, Trial, TrialUpdate
+from trainhub.service.records import (
+    KEEP,
+    Checkpoint,
+    MetricChunk,
+    MetricPoint,
+    Tenant,
+    Trial,
+    TrialUpdate,
+)
 from trainhub.service.repository import Repository, UnitOfWork
 
 MAX_LOG_CHUNK_BYTES = 1024 * 1024
@@ -264,6 +272,14 @@ class TrackingService:
         with self.uow() as repo:
             _trial_for(repo, principal, trial_id, write=False)
             return repo.list_metrics(trial_id, after_step, limit)
+
+    def metric_chunks(self, principal: Principal, trial_id: int) -> tuple[list[MetricChunk], int]:
+        """Every metric's points as packed chunks, and the number of metric rows (a chart
+        reads the rows instead where the chunks do not hold them all: data reported before
+        chunks were kept)."""
+        with self.uow() as repo:
+            _trial_for(repo, principal, trial_id, write=False)
+            return repo.list_metric_chunks(trial_id), repo.count_metrics(trial_id)
 
     def begin_checkpoint(
         self,

@@ -22,6 +22,7 @@ import numpy.typing as npt
 from trainhub.core.downsample import DEFAULT_BUCKETS, minmax_downsample
 from trainhub.service.container import Services
 from trainhub.service.ports import Principal
+from trainhub.service.records import MetricChunk
 
 _READ_ROWS = 100_000
 _CACHED_TRIALS = 16
@@ -54,6 +55,13 @@ class _Series:
         self.last_step = steps[-1]
         self.drawn.clear()
 
+    def load(
+        self, steps: npt.NDArray[np.float64], values: dict[str, npt.NDArray[np.float64]]
+    ) -> None:
+        self.steps, self.values = steps, values
+        self.last_step = int(steps[-1]) if steps.size else None
+        self.drawn.clear()
+
     def downsampled(
         self, buckets: int, x_range: tuple[float, float] | None = None
     ) -> dict[str, Any]:
@@ -82,6 +90,35 @@ class _Series:
         return metrics
 
 
+def unpack_chunks(
+    chunks: list[MetricChunk],
+) -> tuple[npt.NDArray[np.float64], dict[str, npt.NDArray[np.float64]]]:
+    """(sorted distinct steps, {name: values aligned to them, NaN where absent}) from packed
+    chunks, as the metric rows hold them: a later chunk's value of a step replaces an earlier
+    one's, and a step reported by a later attempt keeps only that attempt's values."""
+    if not chunks:
+        return np.zeros(0), {}
+    all_steps = np.concatenate(
+        [np.frombuffer(c.steps, dtype="<i8", count=c.num_points) for c in chunks]
+    )
+    steps, where = np.unique(all_steps, return_inverse=True)
+    newest = np.full(steps.size, -1, dtype=np.int64)  # the latest attempt that reported a step
+    np.maximum.at(
+        newest, where, np.repeat([c.attempt for c in chunks], [c.num_points for c in chunks])
+    )
+    values: dict[str, npt.NDArray[np.float64]] = {}
+    offset = 0
+    for chunk in chunks:
+        index = where[offset : offset + chunk.num_points]
+        offset += chunk.num_points
+        column = values.get(chunk.name)
+        if column is None:
+            column = values[chunk.name] = np.full(steps.size, math.nan)
+        keep = newest[index] == chunk.attempt
+        column[index[keep]] = np.frombuffer(chunk.values, dtype="<f8", count=chunk.num_points)[keep]
+    return steps.astype(np.float64), values
+
+
 class ChartCache:
     def __init__(self, services: Services, max_trials: int = _CACHED_TRIALS) -> None:
         self.services = services
@@ -98,6 +135,12 @@ class ChartCache:
             self._series.move_to_end(trial_id)
             while len(self._series) > self.max_trials:
                 self._series.popitem(last=False)
+            if series.last_step is None:  # a first read: the packed chunks, if complete
+                chunks, rows = self.services.tracking.metric_chunks(principal, trial_id)
+                if rows and chunks:
+                    steps, values = unpack_chunks(chunks)
+                    if steps.size == rows:
+                        series.load(steps, values)
             while True:
                 # checks the caller may read the trial, every time
                 points = self.services.tracking.list_metrics(

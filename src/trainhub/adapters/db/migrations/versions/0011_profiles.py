@@ -1,4 +1,4 @@
-"""profiles of running trials and their per-rank results
+"""profiles of running trials and their per-rank results; metrics as packed column chunks
 
 Revision ID: 0011
 Revises: 0006
@@ -42,8 +42,24 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("profile_id", "rank"),
     )
 
+    op.create_table(
+        "metric_chunks",
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("trial_id", sa.Integer(), nullable=False),
+        sa.Column("attempt", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=128), nullable=False),
+        sa.Column("num_points", sa.Integer(), nullable=False),
+        sa.Column("steps", sa.LargeBinary(), nullable=False),
+        sa.Column("values", sa.LargeBinary(), nullable=False),
+        sa.ForeignKeyConstraint(["trial_id"], ["trials.id"]),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index("ix_metric_chunks_trial_id", "metric_chunks", ["trial_id"])
+
 
 def downgrade() -> None:
+    op.drop_index("ix_metric_chunks_trial_id", table_name="metric_chunks")
+    op.drop_table("metric_chunks")
     op.drop_table("profile_ranks")
     op.drop_index("ix_profiles_trial_id", table_name="profiles")
     op.drop_table("profiles")
