@@ -4,6 +4,8 @@ updates by server-sent events (delivered, bounded per session, 404 for another t
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import re
 from typing import Any
 
@@ -208,3 +210,50 @@ def test_streams_are_bounded_per_session_and_refuse_other_tenants(site: Site) ->
     finally:
         outsider.close()
     assert httpx.get(f"{site.url}{path}").status_code == 401
+
+
+def test_the_trial_page_profiles_and_shows_each_ranks_operators(browser: Any, site: Site) -> None:
+    api = site.api
+    lena = api.user("lena", "vision")
+    _, trial_id, runtime = _running_trial(site, lena)
+    page = _login(browser, site, lena)
+    page.goto(f"{site.url}/ui/trials/{trial_id}")
+    page.fill("#profile-form input[name=steps]", "7")
+    page.click("#profile-form button")
+    page.wait_for_url(re.compile(rf".*/ui/trials/{trial_id}(#profiles)?$"))
+    assert "REQUESTED" in page.inner_text("#profiles")
+    # the two ranks answer, as the runtime does (runtime/profiling.py)
+    pending = api.client.get(f"/api/v1/trials/{trial_id}/profiles/pending", headers=runtime)
+    profile = pending.json()["profile"]
+    assert profile["steps"] == 7
+    base = f"/api/v1/trials/{trial_id}/profiles/{profile['id']}/ranks"
+    for rank in (0, 1):
+        ops = [
+            {"name": "aten::addmm", "calls": 14, "self_cpu_ms": 12.5 + rank, "cpu_total_ms": 13.0},
+            {"name": "aten::relu", "calls": 7, "self_cpu_ms": 1.25, "cpu_total_ms": 1.5},
+        ]
+        r = api.client.post(f"{base}/{rank}", json={"top_ops": ops}, headers=runtime)
+        assert r.status_code == 200, r.text
+        trace = gzip.compress(json.dumps({"traceEvents": [{"name": "aten::addmm"}]}).encode())
+        r = api.client.put(f"{base}/{rank}/trace", content=trace, headers=runtime)
+        assert r.status_code == 200, r.text
+    # live: the tables arrive without a reload
+    page.wait_for_function("document.querySelector('#profiles .profile')?.dataset.state === 'DONE'")
+    assert page.locator("#profiles table.profile-ops").count() == 2
+    assert "aten::addmm" in page.inner_text("#profiles table.profile-ops[data-rank='1']")
+    link = page.locator("#profiles table.profile-ops[data-rank='1'] a.trace")
+    download = page.request.get(f"{site.url}{link.get_attribute('href')}")
+    assert download.status == 200
+    assert json.loads(gzip.decompress(download.body()))["traceEvents"]
+    page.screenshot(path=str(site.screenshots / "trial-profile.png"), full_page=True)
+    page.close()
+    # another tenant's viewer reaches neither the trace nor the button
+    page = _login(browser, site, api.user("mona", "audio", role="viewer"))
+    trace_url = f"{site.url}/ui/trials/{trial_id}/profiles/{profile['id']}/ranks/0/trace"
+    assert page.request.get(trace_url).status == 404
+    csrf = page.locator("form.logout input[name=csrf]").get_attribute("value")
+    refused = page.request.post(
+        f"{site.url}/ui/trials/{trial_id}/profile", form={"csrf": csrf or "", "steps": "5"}
+    )
+    assert refused.status == 404
+    page.close()
