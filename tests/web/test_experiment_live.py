@@ -203,10 +203,22 @@ def test_streams_are_bounded_per_session_and_refuse_other_tenants(site: Site) ->
     finally:
         client.close()
         other.close()
+    experiment_id = site.api.client.get(
+        f"/api/v1/trials/{trial_id}", headers=api.headers(jo)
+    ).json()["experiment_id"]
     outsider = _session(site, api.user("kim", "audio", role="viewer"))
     try:
         assert outsider.get(path).status_code == 404
         assert outsider.get(path, params={"once": 1}).status_code == 404
+        experiment_events = f"/ui/experiments/{experiment_id}/events"
+        assert outsider.get(experiment_events, params={"once": 1}).status_code == 404
+        page = outsider.get("/ui/experiments").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf is not None
+        clone = outsider.post(
+            f"/ui/experiments/{experiment_id}/clone", data={"csrf": csrf.group(1), "set": "lr=1"}
+        )
+        assert clone.status_code == 404
     finally:
         outsider.close()
     assert httpx.get(f"{site.url}{path}").status_code == 401
