@@ -14,6 +14,7 @@ from trainhub.api.errors import install_error_handlers
 from trainhub.api.guard import FailedAuthLimiter, RequestGuard
 from trainhub.api.routes import (
     admin,
+    debugging,
     experiments,
     monitoring,
     profiles,
@@ -83,6 +84,7 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api.include_router(admin.router)
     api.include_router(scheduling.router)
     api.include_router(search.router)
+    api.include_router(debugging.router)
     api.include_router(monitoring.router)
     api.include_router(profiles.router)
     app.include_router(api)

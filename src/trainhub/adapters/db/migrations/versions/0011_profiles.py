@@ -1,14 +1,14 @@
 """profiles of running trials and their per-rank results; metrics as packed column chunks
 
 Revision ID: 0011
-Revises: 0006
+Revises: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0011"
-down_revision = "0006"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
