@@ -147,6 +147,9 @@ def make_private(settings: Settings) -> None:
                 os.chmod(f"{path}{suffix}", 0o600)
 
 
+SHUTDOWN_GRACE_S = 10
+
+
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
     from trainhub.adapters.db.profile_store import SqlProfileStore
@@ -276,7 +279,15 @@ def serve(settings: Settings) -> None:
     plane.loop_thread.start()
     app = create_app(plane.services)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+        # the dashboard's live streams never end by themselves: a stop waits this long for
+        # requests in flight, then closes them (browsers reconnect to the next start)
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        )
     finally:
         plane.loop_thread.stop()
         with contextlib.suppress(OSError):
