@@ -269,3 +269,16 @@ def test_the_trial_page_profiles_and_shows_each_ranks_operators(browser: Any, si
     )
     assert refused.status == 404
     page.close()
+
+
+def test_the_queue_follows_new_submissions(browser: Any, site: Site) -> None:
+    api = site.api
+    nora = api.user("nora", "robots")
+    page = _login(browser, site, nora)
+    page.goto(f"{site.url}/ui/queue")
+    page.wait_for_function("document.body.dataset.live === 'sse'")
+    trial_id = submit(api, nora).json()["trials"][0]["id"]
+    page.wait_for_selector(f"#queue a[href='/ui/trials/{trial_id}']")
+    assert page.inner_text("#queue-count") == "1"
+    page.screenshot(path=str(site.screenshots / "queue-live.png"), full_page=True)
+    page.close()

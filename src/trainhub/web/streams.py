@@ -4,6 +4,7 @@
   state changed), ``log`` (new output of rank R of the latest attempt; its id is
   ``attempt:offset`` so a reconnect resumes there), ``gpus`` (the trial's GPUs, HTML);
 - ``/ui/experiments/{id}/events``: ``experiment`` (state, the trials' rows, the plot's data);
+- ``/ui/queue/events``: ``queue`` (the queue's rows, HTML, and their count);
 - ``/ui/cluster/events``: ``nodes`` (the nodes' part of the page, HTML).
 """
 
@@ -20,7 +21,7 @@ from trainhub.web.cluster import render_nodes, render_trial_gpus
 from trainhub.web.live import Event, Produce, stream
 from trainhub.web.profiles import render_profiles
 from trainhub.web.sessions import SESSION_COOKIE
-from trainhub.web.site import Site
+from trainhub.web.site import Site, templates
 from trainhub.web.views import experiment_update
 
 TRIAL_INTERVAL_S = 1.0  # logs follow at this pace
@@ -95,6 +96,16 @@ def add_live_routes(router: APIRouter, site: Site) -> None:
     async def experiment_events(request: Request, experiment_id: int) -> Response:
         def produce(principal: Principal) -> list[Event]:
             return [("experiment", experiment_update(services, principal, experiment_id), None)]
+
+        return await stream(request, site, produce, interval_s=PAGE_INTERVAL_S)
+
+    @router.get("/queue/events")
+    async def queue_events(request: Request) -> Response:
+        rows = templates.get_template("_queue_rows.html")
+
+        def produce(principal: Principal) -> list[Event]:
+            trials = services.experiments.queue(principal)
+            return [("queue", {"html": rows.render(trials=trials), "count": len(trials)}, None)]
 
         return await stream(request, site, produce, interval_s=PAGE_INTERVAL_S)
 

@@ -300,6 +300,16 @@ function clusterPage(root) {
   });
 }
 
+function queuePage(table) {
+  live(table.dataset.live, {
+    queue: (body) => {
+      table.tBodies[0].innerHTML = body.html;
+      const n = document.getElementById("queue-count"); if (n) n.textContent = String(body.count);
+      table.dataset.updated = String(Date.now());
+    },
+  });
+}
+
 function sortable(table) {
   table.querySelectorAll("th").forEach((th, col) => th.addEventListener("click", () => {
     const body = table.tBodies[0];
@@ -316,6 +326,7 @@ document.addEventListener("DOMContentLoaded", () => {
   if (pc) drawParcoords(pc, JSON.parse(pc.dataset.chart));
   const exp = document.getElementById("experiment-live"); if (exp) experimentPage(exp);
   const nodes = document.getElementById("nodes"); if (nodes && nodes.dataset.live) clusterPage(nodes);
+  const queue = document.getElementById("queue"); if (queue && queue.dataset.live) queuePage(queue);
   document.querySelectorAll("table.sortable").forEach(sortable);
   const usage = document.getElementById("usage-chart");
   if (usage) {
