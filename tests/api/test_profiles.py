@@ -15,7 +15,7 @@ import torch
 
 from tests.api.conftest import Served
 from tests.api.test_auth import submit
-from tests.api.trials import end_trial
+from tests.api.trials import end_trial, start_attempt
 from tests.cli.conftest import Cli
 from trainhub.core.states import TrialState
 from trainhub.runtime.profiling import RankProfiler
@@ -139,3 +139,61 @@ def test_profile_requests_are_checked(served: Served) -> None:
     ended = api.client.post(path, json={"steps": 3}, headers=api.headers(alice))
     assert ended.status_code == 409
     assert "only a running trial" in ended.json()["message"]
+
+
+TRAIN = """
+import time, torch, trainhub
+ctx = trainhub.init()
+model = torch.nn.Linear(32, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+deadline = time.monotonic() + 40
+while time.monotonic() < deadline:
+    loss = model(torch.randn(16, 32)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    ctx.profile_step()
+    time.sleep(0.01)
+"""
+
+
+def test_a_training_process_answers_through_context_profile_step(
+    served: Served, tmp_path: Path
+) -> None:
+    """The hook a script calls, in a process of its own with the executor's environment."""
+    import os
+    import subprocess
+    import sys
+
+    api = served.api
+    alice = api.user("alice", "vision")
+    trial_id = submit(api, alice).json()["trials"][0]["id"]
+    runtime_headers = start_attempt(api, trial_id)
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    env = {
+        **os.environ,
+        "TRAINHUB_API_URL": served.url,
+        "TRAINHUB_TOKEN": runtime_headers["Authorization"].split()[1],
+        "TRAINHUB_TRIAL_ID": str(trial_id),
+        "TRAINHUB_PROFILE_POLL_S": "0.2",
+        "TRAINHUB_SPOOL_DIR": str(tmp_path / "spool"),
+    }
+    process = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path)
+    try:
+        path = f"/api/v1/trials/{trial_id}/profiles"
+        r = api.client.post(path, json={"steps": 4}, headers=api.headers(alice))
+        assert r.status_code == 201, r.text
+        profile_id = r.json()["id"]
+        deadline = time.monotonic() + 40
+        shown: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            shown = api.client.get(f"{path}/{profile_id}", headers=api.headers(alice)).json()
+            if shown["state"] == "DONE":
+                break
+            assert process.poll() is None, "the training process exited"
+            time.sleep(0.3)
+        assert shown["state"] == "DONE", shown
+        names = [op["name"] for op in shown["ranks"][0]["top_ops"]]
+        assert any(n.startswith("aten::") for n in names), names
+    finally:
+        process.kill()
+        process.wait(10)
