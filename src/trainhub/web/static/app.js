@@ -53,7 +53,7 @@ function drawChart(canvas, series, opts) {
     ctx.beginPath(); ctx.moveTo(L, py); ctx.lineTo(w - R, py); ctx.stroke();
     ctx.fillText((log ? Math.pow(10, yv) : yv).toPrecision(3), 4, py + 4);
     const xv = x0 + ((x1 - x0) * i) / 4;
-    const label = opts.xLabels ? (opts.xLabels[Math.round(xv)] || "") : Math.round(xv).toString();
+    const label = opts.xLabels ? (opts.xLabels[Math.round(xv)] || "") : (x1 - x0 < 8 ? xv.toFixed(1) : Math.round(xv).toString());
     ctx.textAlign = i === 0 ? "left" : i === 4 ? "right" : "center";
     ctx.fillText(label, sx(xv), h - 8);
     ctx.textAlign = "left";
