@@ -110,8 +110,8 @@ hyperparameters:
   hidden: {type: categorical, choices: [16, 64]}
   epochs: 9
   sleep_s: 0.2
-searcher: {sampler: tpe, pruner: asha, metric: val_accuracy, max_trials: 6,
-           max_concurrent_trials: 3, budget: {unit: epochs, min: 1, max: 9},
+searcher: {sampler: tpe, pruner: asha, metric: val_accuracy, max_trials: 4,
+           max_concurrent_trials: 4, budget: {unit: epochs, min: 1, max: 9},
            reduction_factor: 3, seed: 0}
 """
     experiment_id = plane.submit(spec(body), WORKLOAD)["id"]
@@ -119,7 +119,7 @@ searcher: {sampler: tpe, pruner: asha, metric: val_accuracy, max_trials: 6,
     rows = progress["data"]
     states = sorted(r["state"] for r in rows)
     assert progress["search_state"] == "FINISHED"
-    assert len(rows) == 6 and set(states) <= {"PRUNED", "COMPLETED"}, states
+    assert len(rows) == 4 and set(states) <= {"PRUNED", "COMPLETED"}, states
     pruned = [r for r in rows if r["state"] == "PRUNED"]
     assert pruned, states
     assert all(r["stop_detail"].startswith("pruned by the asha pruner") for r in pruned)
@@ -303,7 +303,7 @@ def test_plain_torchrun_trials_of_a_search_are_pruned_through_sigterm(
 ) -> None:
     body = """
 name: e2e-plain-search
-entrypoint: python plain_ddp.py --epochs 9 --sleep-s 0.5
+entrypoint: python plain_ddp.py --epochs 9 --sleep-s 0.3
 resources: {workers: 2, cpus_per_worker: 1}
 hyperparameters:
   q: {type: categorical, choices: [0.9, 0.02]}
@@ -323,7 +323,8 @@ max_restarts: 0
     (attempt,) = detail["attempts"]
     # the script never asks should_stop(): the ranks ended by SIGTERM, before their last epoch
     assert any(e["kind"] == "sigterm" for e in detail["events"]), detail["events"]
-    assert attempt["exit_codes"] == [-15, -15], attempt
+    # -15 for a rank process killed by SIGTERM; 143 (128 + 15) where a sandbox reports it
+    assert attempt["exit_codes"] in ([-15, -15], [143, 143]), attempt
     assert bad["epochs"] < 9
     assert "finished every epoch" not in plane.log(bad["id"], 0)
     assert "finished every epoch" in plane.log(good["id"], 0)

@@ -2,7 +2,9 @@
 
 Rank 0 sends each epoch's validation accuracy to the control plane's REST API with the trial's
 token, as any framework could; nothing here asks whether to stop, so a pruned trial is ended by
-SIGTERM. Its hyperparameters come from ``TRAINHUB_HPARAMS`` (JSON): ``q`` scales the learning rate.
+SIGTERM. Its hyperparameters come from ``TRAINHUB_HPARAMS`` (JSON): ``q`` scales the learning rate,
+and a worse (smaller) ``q`` also makes each epoch slower, so that a test's pruner sees the better
+trial's value at every rung first whichever process happened to start first.
 """
 
 import argparse
@@ -20,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=9)
-parser.add_argument("--sleep-s", type=float, default=0.5)
+parser.add_argument("--sleep-s", type=float, default=0.3, help="per epoch, at q = 1")
 args = parser.parse_args()
 q = float(json.loads(os.environ.get("TRAINHUB_HPARAMS", "{}")).get("q", 1.0))
 
@@ -61,11 +63,11 @@ for epoch in range(1, args.epochs + 1):
         optimizer.zero_grad()
         loss.backward()  # DDP all-reduces the gradients here
         optimizer.step()
+    time.sleep(args.sleep_s + 2.0 * (1.0 - q))
     with torch.no_grad():
         accuracy = (model(x[val]).argmax(1) == y[val]).float().mean().item()
     if rank == 0:
         report(epoch, accuracy)
         print(f"epoch {epoch}: val_accuracy={accuracy:.4f}", flush=True)
-    time.sleep(args.sleep_s)
 print(f"rank {rank} finished every epoch", flush=True)
 dist.destroy_process_group()
