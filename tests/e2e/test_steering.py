@@ -119,7 +119,8 @@ searcher: {sampler: tpe, pruner: asha, metric: val_accuracy, max_trials: 4,
     rows = progress["data"]
     states = sorted(r["state"] for r in rows)
     assert progress["search_state"] == "FINISHED"
-    assert len(rows) == 4 and set(states) <= {"PRUNED", "COMPLETED"}, states
+    assert len(rows) == 4, states
+    assert set(states) <= {"PRUNED", "COMPLETED"}, states
     pruned = [r for r in rows if r["state"] == "PRUNED"]
     assert pruned, states
     assert all(r["stop_detail"].startswith("pruned by the asha pruner") for r in pruned)
@@ -154,7 +155,8 @@ checkpoints: {keep_latest: 20}
     assert progress["search_state"] == "FINISHED"
     rows = {r["id"]: r for r in progress["data"]}
     children = [r for r in rows.values() if r["parent_trial_id"] is not None]
-    assert len(rows) == 3 and len(children) == 1, rows
+    assert len(rows) == 3, rows
+    assert len(children) == 1, rows
     child = children[0]
     donor = rows[child["parent_trial_id"]]
     (replaced,) = [r for r in rows.values() if r["id"] not in (child["id"], donor["id"])]
@@ -284,8 +286,7 @@ searcher: {metric: acc}
     args = ["clone", str(source), "--trial", "--set", "q=0.7", "--set", "steps=5"]
     result = CliRunner().invoke(app, [*args, "--from-checkpoint", str(source)], env=env)
     assert result.exit_code == 0, result.output
-    clones = [e for e in plane.request("GET", "/experiments").json()["data"]]
-    clone = max(clones, key=lambda e: e["id"])
+    clone = max(plane.request("GET", "/experiments").json()["data"], key=lambda e: e["id"])
     assert f"submitted experiment {clone['id']}" in result.output
     trial_id = experiment(plane, clone["id"])["trials"][0]["id"]
     trial = plane.wait_for(trial_id, lambda t: t["state"] == "COMPLETED", 90, "COMPLETED")
