@@ -42,6 +42,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         )
         assert r.status_code == 201, r.text
         checkpoint_id = r.json()["id"]
+        r = api.client.post(
+            f"/api/v1/trials/{trial_id}/samples", json=_samples("a-samples"), headers=own
+        )
+        assert r.status_code == 204, r.text
         token_id = api.client.get("/api/v1/tokens", headers=api.headers(alice)).json()["data"][0][
             "id"
         ]
@@ -67,8 +71,24 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     api.services.uow.engine.dispose()  # type: ignore[attr-defined]
 
 
+def _samples(uuid: str) -> dict[str, Any]:
+    return {
+        "uuid": uuid,
+        "source": "digits",
+        "num_classes": 10,
+        "ids": [0, 1],
+        "epochs": [0, 0],
+        "labels": [0, 1],
+        "predictions": [0, 2],
+        "margins": [1.5, -0.5],
+        "probs": [0.8, 0.2],
+        "losses": [0.22, 1.6],
+    }
+
+
 # what each route is sent besides its path: keyword arguments of TestClient.request
 _BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("POST", "/api/v1/trials/{trial_id}/samples"): {"json": _samples("planted-samples")},
     ("POST", "/api/v1/experiments"): {"data": {"spec": SPEC, "tenant": "vision"}},
     ("POST", "/api/v1/trials/{trial_id}/metrics"): {
         "json": {"points": [{"step": 2, "values": {"loss": 0.1}}]}

@@ -50,6 +50,7 @@ from trainhub.service.keys import staged_context_key
 from trainhub.service.ports import ArtifactStore, Principal
 from trainhub.service.records import Attempt, Checkpoint, Experiment, Trial, TrialEvent, TrialUpdate
 from trainhub.service.repository import ExperimentStore, TrialStore, UnitOfWork
+from trainhub.service.teachers import check_teacher
 from trainhub.service.trial_writes import write_trial
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,7 @@ class ExperimentService:
                 "only cluster admins may submit with priority 'urgent'", "use 'high'"
             )
         check_fits_cluster(spec.resources, self._nodes())
+        check_teacher(self.uow, tenant_name, spec)
         assert principal.user_id is not None
         key = None
         size = 0
