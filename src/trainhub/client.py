@@ -343,6 +343,13 @@ class TrainhubClient:
         data: list[JSON] = self._json("GET", f"/trials/{trial_id}/metrics", params=params)["data"]
         return data
 
+    def list_layer_alerts(self, trial_id: int, limit: int = 1000) -> list[JSON]:
+        """Layer-health alerts of a trial, earliest first:
+        ``[{"kind", "layer", "step", "last_step", "value", "message"}]``."""
+        params = {"limit": limit}
+        data: list[JSON] = self._json("GET", f"/trials/{trial_id}/alerts", params=params)["data"]
+        return data
+
     def list_checkpoints(self, trial_id: int) -> list[JSON]:
         """The trial's kept checkpoints: ``[{"id", "uuid", "step", "metrics", "size_bytes"}]``."""
         data: list[JSON] = self._json("GET", f"/trials/{trial_id}/checkpoints")["data"]

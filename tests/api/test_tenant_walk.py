@@ -32,7 +32,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         trial_id = experiment["trials"][0]["id"]
         submit(api, alice)  # a second one stays QUEUED: the queue must not show it
         own = start_attempt(api, trial_id)
-        metrics = {"points": [{"step": 1, "values": {"loss": 1.0}}]}
+        # a layer-health alert (GET /trials/{trial_id}/alerts) that outsiders must not read
+        metrics = {"points": [{"step": 1, "values": {"loss": 1.0, "layers/fc/nonfinite": 1.0}}]}
         assert api.client.post(f"/api/v1/trials/{trial_id}/metrics", json=metrics, headers=own)
         r = api.client.post(
             f"/api/v1/trials/{trial_id}/checkpoints",
@@ -176,7 +177,8 @@ def test_another_tenants_tokens_reach_nothing_of_tenant_a(world: World, who: str
     assert alice_view["state"] == "RUNNING"
     assert alice_view["priority"] == "normal"
     assert [c["uuid"] for c in alice_view["checkpoints"]] == ["a-ckpt"]
-    assert alice_view["latest_metrics"] == {"loss": 1.0, "step": 1}
+    assert alice_view["latest_metrics"] == {"loss": 1.0, "layers/fc/nonfinite": 1.0, "step": 1}
+    assert [(a["kind"], a["layer"]) for a in alice_view["alerts"]] == [("nonfinite", "fc")]
     tenants = api.client.get("/api/v1/tenants", headers=api.headers()).json()["data"]
     assert {t["name"] for t in tenants} == {"default", "vision", "speech"}
     assert len(seen) == len(_routes(api))

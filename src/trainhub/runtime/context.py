@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
     from trainhub.runtime.distill import Distiller
     from trainhub.runtime.distributed import DistributedConfig, PreparedModel, StepTimer
+    from trainhub.runtime.layer_watch import LayerWatch
 
 logger = logging.getLogger("trainhub.runtime")
 
@@ -756,6 +757,25 @@ class Context:
             device=self.device,
             example_input=example_input,
             **settings,
+        )
+
+    # --- layer health ---
+
+    def watch(self, model: nn.Module, every: int = 100, **options: Any) -> LayerWatch:
+        """Sample layer health (gradient and weight norms, update ratio, activation statistics,
+        dead or saturated units, the first layer with NaN/Inf) every ``every`` training steps
+        and report it as ``layers/<layer>/<statistic>`` metrics; the control plane raises
+        alerts from them (``trainhub show``). Every rank may call it; rank 0 ships. Options:
+        ``max_layers``, ``start_step`` (see :class:`~trainhub.runtime.layer_watch.LayerWatch`).
+
+        Example:
+            >>> watch = ctx.watch(model, every=50)  # doctest: +SKIP
+            >>> watch.flush()  # before ctx.close(): ships the last sample  # doctest: +SKIP
+        """
+        from trainhub.runtime.layer_watch import LayerWatch
+
+        return LayerWatch(
+            model, every=every, report=lambda s, m: self.report(step=s, **m), **options
         )
 
 

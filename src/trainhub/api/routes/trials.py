@@ -16,6 +16,8 @@ from trainhub.api.schemas import (
     METRICS_BATCH,
     CheckpointPublic,
     CheckpointsPublic,
+    LayerAlertPublic,
+    LayerAlertsPublic,
     LogChunkPublic,
     MetricPointPublic,
     MetricsPublic,
@@ -89,6 +91,20 @@ def list_metrics(
         for p in points
     ]
     return MetricsPublic(data=data, count=len(data))
+
+
+@router.get("/{trial_id}/alerts", response_model=LayerAlertsPublic, responses=errors(404))
+def list_layer_alerts(
+    services: ServicesDep,
+    principal: CurrentPrincipal,
+    trial_id: TrialId,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+) -> LayerAlertsPublic:
+    """Layer-health alerts (vanishing or exploding gradients, dead layers, NaN/Inf) raised
+    from the trial's ``layers/*`` metrics, earliest first, with the step and the layer."""
+    alerts = services.tracking.list_layer_alerts(principal, trial_id, limit)
+    data = [LayerAlertPublic.of(a) for a in alerts]
+    return LayerAlertsPublic(data=data, count=len(data))
 
 
 def _parse_metrics(text: str) -> dict[str, Any]:
