@@ -60,6 +60,10 @@ class Settings:
     sandbox: str = "auto"  # auto | bwrap | none: how rank processes are isolated (sandbox.py)
     data_dir: Path | None = None  # datasets every trial may read (TRAINHUB_DATA_DIR, read-only)
     monitor_interval_s: float = 5.0  # node agents sample this often; 0 turns monitoring off
+    # how long a stopping trial (pruned, paused, preempted, canceled) may take to see
+    # should_stop() and exit before its ranks get SIGTERM (a plain script never asks: it waits
+    # all of it)
+    stop_wait_s: float = LoopConfig.stop_wait_s
 
     @property
     def database_url(self) -> str:
@@ -191,7 +195,11 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         denied=tuple(str(p) for p in denied),
     )
     clock = system_clock
-    config = LoopConfig(settings.api_url, usage_half_life_s=settings.usage_half_life_s)
+    config = LoopConfig(
+        settings.api_url,
+        usage_half_life_s=settings.usage_half_life_s,
+        stop_wait_s=settings.stop_wait_s,
+    )
     search_uow = SqlSearchUnitOfWork(engine)
     backend = OptunaSearch.for_database(settings.database_url)
     search = SearchService(search_uow, backend, store, clock)

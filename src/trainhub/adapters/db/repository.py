@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import orjson
 from sqlalchemy import Engine, func, insert, select
 from sqlalchemy import update as sa_update
 from sqlalchemy.exc import IntegrityError
@@ -69,7 +69,14 @@ _UPSERT_METRICS_POSTGRESQL = _UPSERT_METRICS.format(
     params="%s, %s, %s, %s::json, %s",
     merge='(metrics."values"::jsonb || excluded."values"::jsonb)::json',
 )
-_JSON_ENCODE = json.JSONEncoder().encode
+
+
+def _encode_values(values: dict[str, float]) -> str:
+    # orjson: ~10x faster than json for the small dicts of metric points (1,000 per batch)
+    return orjson.dumps(values).decode()
+
+
+_JSON_ENCODE = _encode_values
 
 # SQLite limits the number of bound parameters of one statement
 _CHUNK = 900
