@@ -52,6 +52,13 @@ class FairShareConfig:
     service_thresholds_slot_s: tuple[float, ...] = (3600.0, 36000.0)
     hot_gpu_temperature_c: float | None = HOT_GPU_TEMPERATURE_C
     displace_by_service: bool = False
+    smallest_first: bool = False
+    borrow_smallest_first: bool = False
+    cooldown_growth: float = 1.0
+    reclaim_tolerance: float = 0.0
+    victim_fewest_preemptions: bool = False
+    gang_overshoot: bool = False
+    victim_longest_running: bool = False
 
     def __post_init__(self) -> None:
         for name in ("half_life_s",):
