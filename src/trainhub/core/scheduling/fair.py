@@ -42,8 +42,8 @@ from trainhub.core.scheduling.runningtable import RunningTable
 from trainhub.core.scheduling.snapshot import QueuedTrial, Snapshot, TenantShare
 from trainhub.core.scheduling.victims import ClaimMemo, PreemptionRules, VictimFacts
 
-# (borrowing, fair-share score, -aged priority, band, size, submitted_at, trial_id)
-TenantKey = tuple[int, float, int, int, int, float, int]
+# (borrowing, fair-share score, -aged priority, band, submitted_at, trial_id)
+TenantKey = tuple[int, float, int, int, float, int]
 
 
 def entitled(used: int, size: int, guarantee: int) -> bool:
@@ -83,7 +83,7 @@ class _Group:
         return True
 
 
-GroupKey = tuple[int, int, int, float, int]
+GroupKey = tuple[int, int, float, int]
 _NO_BAND = 1 << 30
 
 
@@ -114,7 +114,6 @@ class FairSharePolicy(BasePolicy):
             service_thresholds_slot_s=self.config.service_thresholds_slot_s,
             cooldown_growth=self.config.cooldown_growth,
             fewest_preemptions_first=self.config.victim_fewest_preemptions,
-            longest_running_first=self.config.victim_longest_running,
         )
         self.queue_order = QueueOrder("fair", self._order_key)
         # a cache of per-trial facts for victim choice; never changes a decision
@@ -215,8 +214,7 @@ class _FairPass:
 
     def _group_key(self, group: _Group) -> GroupKey:
         head = group.head
-        size = head.request.num_slots if self.config.smallest_first else 0
-        return (-self._level(group), group.band, size, head.submitted_at, head.trial_id)
+        return (-self._level(group), group.band, head.submitted_at, head.trial_id)
 
     def _top(self, tenant: _Tenant) -> tuple[GroupKey, _Group] | None:
         """The tenant's group whose head goes next (dropping stale heap entries)."""
@@ -237,8 +235,6 @@ class _FairPass:
         size = group.head.request.num_slots
         borrowing = int(not entitled(tenant.used, size, tenant.share.guaranteed_slots))
         score = (tenant.usage_slots + tenant.used) / tenant.share.weight
-        if borrowing and self.config.borrow_smallest_first:
-            score = float(size)
         heapq.heappush(self.heap, ((borrowing, score, *key), tenant.name))
 
     # -- the pass ----------------------------------------------------------------------------
@@ -420,10 +416,10 @@ class _FairPass:
         if preemptor.incoming_suffices(trial, pool):
             tenant.used += size
             return "starts when the trials being preempted for it have checkpointed and exited"
-        slack = math.floor(self.config.reclaim_tolerance * guarantee)
-        if entitled(tenant.used + slack, size, guarantee):
+        if entitled(tenant.used, size, guarantee):
             overshoot = 0
             if self.config.gang_overshoot:
+                # what the gang goes past the guarantee, at most half of it
                 overshoot = min(size // 2, max(0, tenant.used + size - guarantee))
             victims = preemptor.reclaim(trial, pool, overshoot)
             if victims is not None:

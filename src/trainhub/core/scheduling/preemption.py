@@ -241,16 +241,14 @@ class Preemptor:
                 self._memo.reclaim_failed(claimant, size, min(young, default=math.inf))
         return victims
 
-    def _lender_order(self, v: RunningTrial) -> tuple[int, int, float, float, int]:
+    def _lender_order(self, v: RunningTrial) -> tuple[int, int, float, int]:
+        """Lenders' victims: lowest priority, (optionally) preempted fewest times, least
+        work at risk."""
         repeated = v.num_preemptions if self._rules.fewest_preemptions_first else 0
-        longest = 0.0
-        if self._rules.longest_running_first:
-            slots, _, _ = self._risk_params[v.trial_id]
-            longest = -(v.attained_service / max(1, slots) + self._now - v.started_at)
-        return (v.priority.rank, repeated, longest, self._risk(v.trial_id), v.trial_id)
+        return (v.priority.rank, repeated, self._risk(v.trial_id), v.trial_id)
 
     def _lender(self, tenant: str) -> Candidates:
-        """One lender's preemptible trials: lowest priority, then least work at risk."""
+        """One lender's preemptible trials in :meth:`_lender_order`."""
         self._tenant(tenant)
         state = self._states[tenant]
         if state.as_lender is None:
