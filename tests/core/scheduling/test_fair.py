@@ -277,7 +277,8 @@ def test_a_tenant_below_its_guarantee_may_reclaim_for_a_gang_larger_than_it_is_o
     }
     _, out = decide(queue=[queued(1, "a", gpus=4, at=1000.0)], **snap)  # type: ignore[arg-type]
     assert len(preempted(out)) == 4
-    # but never by taking b below its own guarantee: 8 GPUs cannot be found
+    # an 8-GPU gang is more than twice what a is owed (2): it may not take b below its own
+    # guarantee, and the 4 GPUs b borrows are not enough
     _, out = decide(queue=[queued(1, "a", gpus=8, at=1000.0)], **snap)  # type: ignore[arg-type]
     assert preempted(out) == set()
 
@@ -379,8 +380,7 @@ def _gang_cluster() -> list:
         # 4 below its guarantee, which is what the gang goes past a's
         (10, 6, True, 10),
         (10, 6, False, 0),
-        # 12 past a guarantee of 4 would take b 8 below its guarantee; the gang may take at
-        # most half its size (6) past it: no preemption
+        # 12 on a guarantee of 4 goes 8 past it, more than a is owed (4): no preemption
         (12, 4, True, 0),
     ],
 )

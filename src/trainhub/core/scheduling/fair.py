@@ -419,8 +419,11 @@ class _FairPass:
         if entitled(tenant.used, size, guarantee):
             overshoot = 0
             if self.config.gang_overshoot:
-                # what the gang goes past the guarantee, at most half of it
-                overshoot = min(size // 2, max(0, tenant.used + size - guarantee))
+                # what the gang goes past the guarantee, if no more than what the tenant is
+                # still owed (at least half the gang is within the guarantee)
+                past = tenant.used + size - guarantee
+                if 0 < past <= guarantee - tenant.used:
+                    overshoot = past
             victims = preemptor.reclaim(trial, pool, overshoot)
             if victims is not None:
                 tenant.used += size

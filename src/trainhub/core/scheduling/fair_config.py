@@ -40,7 +40,8 @@ class FairShareConfig:
             more work (lost since the last checkpoint) than it saved in completion time on
             every trace window measured (docs/adr/0005-fair-share-generalises.md).
         gang_overshoot: a trial of a tenant below its guarantee whose gang goes past it by
-            ``used + size - guarantee`` GPUs (at most half the gang) may, when borrowed
+            ``used + size - guarantee`` GPUs, no more than the tenant is still owed (at least
+            half the gang within the guarantee), may, when borrowed
             capacity alone cannot make room, take lenders below their own guarantees by that
             much in all (a gang cannot be split; without this a gang larger than what its
             tenant is still owed waits for lenders to shrink on their own). The lenders are
