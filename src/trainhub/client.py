@@ -343,6 +343,13 @@ class TrainhubClient:
         data: list[JSON] = self._json("GET", f"/trials/{trial_id}/metrics", params=params)["data"]
         return data
 
+    def list_layer_alerts(self, trial_id: int, limit: int = 1000) -> list[JSON]:
+        """Layer-health alerts of a trial, earliest first:
+        ``[{"kind", "layer", "step", "last_step", "value", "message"}]``."""
+        params = {"limit": limit}
+        data: list[JSON] = self._json("GET", f"/trials/{trial_id}/alerts", params=params)["data"]
+        return data
+
     def list_checkpoints(self, trial_id: int) -> list[JSON]:
         """The trial's kept checkpoints: ``[{"id", "uuid", "step", "metrics", "size_bytes"}]``."""
         data: list[JSON] = self._json("GET", f"/trials/{trial_id}/checkpoints")["data"]
@@ -517,11 +524,43 @@ class TrainhubClient:
         result: JSON = self._json("POST", f"/experiments/{experiment_id}/clone", json=body)
         return result
 
-    def clone_trial(self, trial_id: int, changes: dict[str, Any], from_checkpoint: bool) -> JSON:
-        """A single-trial experiment with this trial's hyperparameters, changed as asked."""
-        body = {"set": changes, "from_checkpoint": from_checkpoint}
+    def clone_trial(
+        self,
+        trial_id: int,
+        changes: dict[str, Any],
+        from_checkpoint: bool,
+        *,
+        drop_flagged: float | None = None,
+        relabel: dict[int, int] | None = None,
+    ) -> JSON:
+        """A single-trial experiment with this trial's hyperparameters, changed as asked;
+        without the ``drop_flagged`` fraction of its most suspicious samples and with the
+        ``relabel`` labels (sample id -> label) when given."""
+        body: JSON = {"set": changes, "from_checkpoint": from_checkpoint}
+        if drop_flagged is not None:
+            body["drop_flagged"] = drop_flagged
+        if relabel:
+            body["relabel"] = {str(k): v for k, v in relabel.items()}
         result: JSON = self._json("POST", f"/trials/{trial_id}/clone", json=body)
         return result
+
+    # -- debugging a trial's data (docs/debugging.md) --
+
+    def debug_report(self, trial_id: int, top: int = 20, score: str = "aum") -> JSON:
+        """Likely mislabeled samples, regions, per-class accuracy, confusion matrix."""
+        params = {"top": top, "score": score}
+        result: JSON = self._json("GET", f"/trials/{trial_id}/debug", params=params)
+        return result
+
+    def debug_csv(self, trial_id: int, score: str = "aum") -> str:
+        """Every tracked sample's scores as CSV, most suspicious first."""
+        path = f"/trials/{trial_id}/debug/samples.csv"
+        return self._request("GET", path, params={"score": score}).text
+
+    def debug_png(self, trial_id: int, top: int = 25) -> bytes:
+        """A PNG grid of the most suspicious samples' images."""
+        path = f"/trials/{trial_id}/debug/grid.png"
+        return self._request("GET", path, params={"top": top}).content
 
     def list_templates(self) -> list[JSON]:
         """Templates of the caller's tenants: ``[{"tenant", "name", "spec_yaml", ...}]``."""

@@ -20,6 +20,7 @@ from trainhub.service.admin import AdminService, IssuedToken
 from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
 from trainhub.service.control_loop import ControlLoop, LoopConfig
+from trainhub.service.debugging import DebugService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
 from trainhub.service.search import SearchService
@@ -147,11 +148,13 @@ def make_private(settings: Settings) -> None:
 
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+    from trainhub.adapters.db.sample_store import SqlSampleStore
     from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
     from trainhub.adapters.monitor.agent import RayNodeMonitor
     from trainhub.adapters.monitor.node_store import SqlNodeControlStore
     from trainhub.adapters.optuna_search import OptunaSearch
     from trainhub.adapters.ray_executor import RayExecutor, ensure_local_ray
+    from trainhub.adapters.sample_gallery import DatasetGallery
     from trainhub.adapters.sandbox import resolve_mode
     from trainhub.adapters.storage import LocalArtifactStore
 
@@ -220,6 +223,9 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         warnings=tuple(warnings),
         steering=SteeringService(search_uow, experiments, store, backend, clock),
         monitoring=monitoring,
+        debugging=DebugService(
+            uow, SqlSampleStore(engine), clock, DatasetGallery(settings.data_dir)
+        ),
     )
     bootstrap = admin.bootstrap()
     return ControlPlane(

@@ -11,9 +11,11 @@ from fastapi.testclient import TestClient
 
 from tests.fixtures.api import Api, serve
 from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from trainhub.adapters.db.sample_store import SqlSampleStore
 from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
 from trainhub.adapters.monitor.node_store import SqlNodeControlStore
 from trainhub.adapters.optuna_search import OptunaSearch
+from trainhub.adapters.sample_gallery import DatasetGallery
 from trainhub.adapters.storage import LocalArtifactStore
 from trainhub.api.app import create_app
 from trainhub.api.guard import FailedAuthLimiter
@@ -21,6 +23,7 @@ from trainhub.core.resources import Node
 from trainhub.service.admin import AdminService
 from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
+from trainhub.service.debugging import DebugService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService, NodeInventory, NodeSample
 from trainhub.service.steering import SteeringService
@@ -77,6 +80,8 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
         experiments=experiments,
         steering=steering,
         monitoring=monitoring,
+        # and the debugging routes (sample records, reports, image grids)
+        debugging=DebugService(uow, SqlSampleStore(engine), system_clock, DatasetGallery()),
         tracking=TrackingService(uow, store, system_clock),
         admin=admin,
         usage=UsageService(uow, system_clock),

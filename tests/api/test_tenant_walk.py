@@ -32,7 +32,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         trial_id = experiment["trials"][0]["id"]
         submit(api, alice)  # a second one stays QUEUED: the queue must not show it
         own = start_attempt(api, trial_id)
-        metrics = {"points": [{"step": 1, "values": {"loss": 1.0}}]}
+        # a layer-health alert (GET /trials/{trial_id}/alerts) that outsiders must not read
+        metrics = {"points": [{"step": 1, "values": {"loss": 1.0, "layers/fc/nonfinite": 1.0}}]}
         assert api.client.post(f"/api/v1/trials/{trial_id}/metrics", json=metrics, headers=own)
         r = api.client.post(
             f"/api/v1/trials/{trial_id}/checkpoints",
@@ -42,6 +43,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         )
         assert r.status_code == 201, r.text
         checkpoint_id = r.json()["id"]
+        r = api.client.post(
+            f"/api/v1/trials/{trial_id}/samples", json=_samples("a-samples"), headers=own
+        )
+        assert r.status_code == 204, r.text
         token_id = api.client.get("/api/v1/tokens", headers=api.headers(alice)).json()["data"][0][
             "id"
         ]
@@ -67,8 +72,24 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     api.services.uow.engine.dispose()  # type: ignore[attr-defined]
 
 
+def _samples(uuid: str) -> dict[str, Any]:
+    return {
+        "uuid": uuid,
+        "source": "digits",
+        "num_classes": 10,
+        "ids": [0, 1],
+        "epochs": [0, 0],
+        "labels": [0, 1],
+        "predictions": [0, 2],
+        "margins": [1.5, -0.5],
+        "probs": [0.8, 0.2],
+        "losses": [0.22, 1.6],
+    }
+
+
 # what each route is sent besides its path: keyword arguments of TestClient.request
 _BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("POST", "/api/v1/trials/{trial_id}/samples"): {"json": _samples("planted-samples")},
     ("POST", "/api/v1/experiments"): {"data": {"spec": SPEC, "tenant": "vision"}},
     ("POST", "/api/v1/trials/{trial_id}/metrics"): {
         "json": {"points": [{"step": 2, "values": {"loss": 0.1}}]}
@@ -156,7 +177,8 @@ def test_another_tenants_tokens_reach_nothing_of_tenant_a(world: World, who: str
     assert alice_view["state"] == "RUNNING"
     assert alice_view["priority"] == "normal"
     assert [c["uuid"] for c in alice_view["checkpoints"]] == ["a-ckpt"]
-    assert alice_view["latest_metrics"] == {"loss": 1.0, "step": 1}
+    assert alice_view["latest_metrics"] == {"loss": 1.0, "layers/fc/nonfinite": 1.0, "step": 1}
+    assert [(a["kind"], a["layer"]) for a in alice_view["alerts"]] == [("nonfinite", "fc")]
     tenants = api.client.get("/api/v1/tenants", headers=api.headers()).json()["data"]
     assert {t["name"] for t in tenants} == {"default", "vision", "speech"}
     assert len(seen) == len(_routes(api))

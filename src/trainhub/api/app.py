@@ -12,7 +12,15 @@ from starlette.responses import Response as StarletteResponse
 import trainhub
 from trainhub.api.errors import install_error_handlers
 from trainhub.api.guard import FailedAuthLimiter, RequestGuard
-from trainhub.api.routes import admin, experiments, monitoring, scheduling, search, trials
+from trainhub.api.routes import (
+    admin,
+    debugging,
+    experiments,
+    monitoring,
+    scheduling,
+    search,
+    trials,
+)
 from trainhub.core import limits
 from trainhub.service.container import Services
 from trainhub.service.monitoring import MonitoringService
@@ -72,6 +80,7 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api.include_router(admin.router)
     api.include_router(scheduling.router)
     api.include_router(search.router)
+    api.include_router(debugging.router)
     api.include_router(monitoring.router)
     app.include_router(api)
     app.include_router(monitoring.metrics_router)

@@ -171,11 +171,41 @@ class EventPublic(BaseModel):
     message: str
 
 
+class LayerAlertPublic(BaseModel):
+    """A layer-health alert raised from the trial's ``layers/*`` metrics (``ctx.watch``)."""
+
+    kind: str = Field(
+        description="nonfinite | exploding_gradients | vanishing_gradients | dead_layer"
+    )
+    layer: str = Field(description="The module name, e.g. 'features.3'.")
+    step: int = Field(description="The training step it first fired at.")
+    last_step: int = Field(description="The latest step it fired at.")
+    value: float | None = Field(description="The statistic that fired, at ``step``.")
+    message: str
+
+    @classmethod
+    def of(cls, a: records.LayerAlertRecord) -> LayerAlertPublic:
+        return cls(
+            kind=a.kind,
+            layer=a.layer,
+            step=a.first_step,
+            last_step=a.last_step,
+            value=a.value,
+            message=a.message,
+        )
+
+
+class LayerAlertsPublic(BaseModel):
+    data: list[LayerAlertPublic]
+    count: int
+
+
 class TrialDetailPublic(TrialPublic):
     experiment_name: str
     attempts: list[AttemptPublic]
     checkpoints: list[CheckpointPublic]
     events: list[EventPublic]
+    alerts: list[LayerAlertPublic] = []
 
     @classmethod
     def of_detail(cls, d: TrialDetail) -> TrialDetailPublic:
@@ -185,6 +215,7 @@ class TrialDetailPublic(TrialPublic):
             attempts=[AttemptPublic.of(a) for a in d.attempts],
             checkpoints=[CheckpointPublic.of(c) for c in d.checkpoints],
             events=[EventPublic(time=e.time, kind=e.kind, message=e.message) for e in d.events],
+            alerts=[LayerAlertPublic.of(a) for a in d.alerts],
         )
 
 

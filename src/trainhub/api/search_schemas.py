@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainhub.api.schemas import ExperimentPublic, TrialPublic
-from trainhub.core.limits import INT64_MAX
+from trainhub.core.limits import INT64_MAX, MAX_FILTERED_SAMPLES
 from trainhub.core.states import TrialState
 from trainhub.service.search_ports import SearchState, SpecTemplate
 from trainhub.service.steering import SearchProgress, TrialResult
@@ -34,6 +34,18 @@ class CloneIn(_In):
 class TrialCloneIn(_In):
     set: dict[str, Any] = Field(default_factory=dict)
     from_checkpoint: bool = Field(True, description="Start from this trial's latest checkpoint.")
+    drop_flagged: float | None = Field(
+        None,
+        gt=0,
+        le=0.5,
+        description="Train without this fraction of the trial's samples, the most likely "
+        "mislabeled first (its sample records: docs/debugging.md).",
+    )
+    relabel: dict[str, int] | None = Field(
+        None,
+        max_length=MAX_FILTERED_SAMPLES,
+        description="Train with these labels: {sample id: label}.",
+    )
 
 
 class SearchLimitsIn(_In):

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from trainhub.cli import admin, auth, experiments, nodes, scheduling, search
+from trainhub.cli import admin, auth, debugging, experiments, nodes, scheduling, search
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 from trainhub.core.scheduling.fair_config import FairShareConfig
 
@@ -53,6 +53,7 @@ app.command(rich_help_panel="Search and steering")(search.resume)
 app.command(rich_help_panel="Search and steering")(search.kill)
 app.command(rich_help_panel="Search and steering")(search.clone)
 app.command(rich_help_panel="Search and steering")(search.limits)
+app.command(rich_help_panel="Experiments")(debugging.debug)
 app.add_typer(search.template_app, name="template", rich_help_panel="Search and steering")
 app.command(rich_help_panel="Scheduling")(scheduling.queue)
 app.command(rich_help_panel="Scheduling")(scheduling.priority)

@@ -414,7 +414,10 @@ def trial_view(t: JSON, now: float | None = None) -> RenderableType:
     if progress is not None:
         pairs.append(("progress", progress))
     parts: list[RenderableType] = [_fields(pairs)]
-    plain, profiling = split_metrics(t.get("latest_metrics") or {})
+    from trainhub.cli.layer_health import alerts_table, layer_table, split_layer_metrics
+
+    latest, layer_metrics = split_layer_metrics(t.get("latest_metrics") or {})
+    plain, profiling = split_metrics(latest)
     step = (t.get("latest_metrics") or {}).get("step")
     if plain:
         title = "latest metrics" + (f" (step {step})" if step is not None else "")
@@ -422,6 +425,11 @@ def trial_view(t: JSON, now: float | None = None) -> RenderableType:
     timing = timing_table(profiling)
     if timing is not None:
         parts += [Text(""), timing]
+    layers = layer_table(layer_metrics)
+    if layers is not None:
+        parts += [Text(""), layers]
+    if t.get("alerts"):
+        parts += [Text(""), alerts_table(t["alerts"])]
     if t.get("attempts"):
         parts += [Text(""), attempts_table(t["attempts"], now)]
     if t.get("checkpoints"):

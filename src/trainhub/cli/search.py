@@ -188,15 +188,54 @@ def clone(
         ),
     ] = None,
     trial: TrialOption = False,
+    drop_flagged: Annotated[
+        float | None,
+        typer.Option(
+            "--drop-flagged",
+            min=0.0,
+            max=0.5,
+            metavar="FRACTION",
+            help="Trial only: retrain without this fraction of its most likely mislabeled "
+            "samples (e.g. 0.05; see `trainhub debug`).",
+        ),
+    ] = None,
+    relabel: Annotated[
+        Path | None,
+        typer.Option(
+            "--relabel",
+            metavar="FILE",
+            help="Trial only: retrain with these labels, a CSV with columns id and label.",
+        ),
+    ] = None,
 ) -> None:
     """Submit a copy of an experiment (or of one trial, --trial) with changes.
 
     A cloned trial becomes a single-trial experiment with its hyperparameters as constants;
     `trainhub clone T --trial --from-checkpoint T` also starts it from T's latest checkpoint.
+    `--drop-flagged` and `--relabel` clone a trial (they imply --trial); its runtime's data
+    loaders leave those samples out or relabel them (docs/debugging.md).
     """
     parsed = parse_changes(changes or [])
+    relabels = None
+    if relabel is not None:
+        from trainhub.cli.debugging import read_relabel_file
+
+        relabels = read_relabel_file(relabel)
+    if drop_flagged is not None and drop_flagged <= 0:
+        raise fail("--drop-flagged must be above 0", "e.g. 0.05 for 5%", code=EXIT_INVALID_INPUT)
+    trial = trial or drop_flagged is not None or relabels is not None
     with connect() as client:
-        if trial:
+        if trial and (drop_flagged is not None or relabels is not None):
+            if from_checkpoint is not None:
+                raise fail(
+                    "--drop-flagged and --relabel retrain from scratch",
+                    "leave out --from-checkpoint",
+                    code=EXIT_INVALID_INPUT,
+                )
+            body = client.clone_trial(
+                object_id, parsed, False, drop_flagged=drop_flagged, relabel=relabels
+            )
+        elif trial:
             if from_checkpoint not in (None, object_id):
                 raise fail(
                     "a cloned trial can only start from its own checkpoint",

@@ -34,6 +34,9 @@ MAX_NODE_LABELS = 64
 MAX_LABEL_CHARS = 256
 MIN_CPUS_PER_WORKER = 0.01  # Ray accounts resources in 1/10,000ths; below 0.01 is a typo
 MAX_MEMORY_GB_PER_WORKER = 100_000.0
+MAX_DISTILL_HINTS = 16  # FitNet hint pairs in a spec's distill section
+MAX_LAYER_NAME_CHARS = 200  # a module path such as blocks.3.conv1
+MAX_DISTILL_TEMPERATURE = 100.0
 
 # metrics (the names are also checked by the runtime, from the wire contract)
 MAX_METRIC_NAME_CHARS = 128
@@ -41,6 +44,17 @@ METRIC_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,127}$"
 MAX_METRICS_PER_POINT = 256
 MAX_METRIC_NAMES_PER_TRIAL = 1000
 MAX_POINTS_PER_REQUEST = 1000
+
+# training dynamics of samples (ctx.track_samples; docs/debugging.md)
+MAX_SAMPLE_RECORDS_PER_REQUEST = 10_000  # the runtime sends at most 4,096 per request
+MAX_SAMPLE_RECORDS_PER_TRIAL = 2_000_000  # e.g. 100,000 samples for 20 epochs
+MAX_SAMPLE_EPOCH = 1_000_000
+MAX_SAMPLE_CLASSES = 10_000  # labels are stored as int16
+MAX_SAMPLE_SOURCE_CHARS = 128  # the dataset name a trial's records come from
+MAX_DEBUG_TOP = 1000  # suspicious samples listed by one request
+MAX_DEBUG_PNG_SAMPLES = 100  # images in one PNG grid
+# samples a clone drops or relabels: they travel in one environment variable
+MAX_FILTERED_SAMPLES = 4000
 
 # request bodies: JSON bodies and form fields; uploads have their own limits. A JSON body
 # costs the server about 15x its size once parsed: 1 MiB of metrics is ~15 MB for a moment

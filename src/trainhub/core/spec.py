@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trainhub.core import limits
+from trainhub.core.distill_spec import DistillSpec
 from trainhub.core.distributed_spec import DistributedSpec
 from trainhub.core.errors import FieldError, InvalidSpec
 from trainhub.core.search_space import SearchSpace, parse_space
@@ -163,6 +164,11 @@ class ExperimentSpec(_Strict):
     distributed: DistributedSpec = Field(
         default_factory=DistributedSpec,
         description="How ranks cooperate: communication strategy, precision, memory savings.",
+    )
+    distill: DistillSpec | None = Field(
+        None,
+        description="Train the script's model as a student of a teacher model: soft targets "
+        "and FitNet hints (docs/models.md).",
     )
 
     @field_validator("entrypoint")

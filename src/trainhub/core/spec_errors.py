@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -20,6 +20,12 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
         if info is None:
             return current
         annotation = info.annotation
+        # an optional section (``X | None``) holds the fields of X
+        models = [
+            a for a in get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        if len(models) == 1:
+            annotation = models[0]
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             current = annotation
         else:

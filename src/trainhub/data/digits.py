@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainhub.data.splits import Splits, split_arrays, to_tensor_dataset
+from trainhub.data.splits import Splits, split_indices, to_tensor_dataset
 
 
 def load_digits(*, val_fraction: float = 0.2, seed: int = 0) -> Splits:
@@ -18,14 +18,24 @@ def load_digits(*, val_fraction: float = 0.2, seed: int = 0) -> Splits:
     images = bunch.images.reshape(-1, 1, 8, 8)
     labels = bunch.target
     val_size = round(len(images) * val_fraction)
-    (xt, yt), (xv, yv) = split_arrays(
-        images, labels, train_size=len(images) - val_size, val_size=val_size, seed=seed
+    train, val = split_indices(
+        len(images), train_size=len(images) - val_size, val_size=val_size, seed=seed
     )
+    xt = images[train]
     mean, std = float(xt.mean()), float(xt.std())
     return Splits(
-        to_tensor_dataset(xt, yt, mean, std),
-        to_tensor_dataset(xv, yv, mean, std),
+        to_tensor_dataset(xt, labels[train], mean, std, sample_ids=train),
+        to_tensor_dataset(images[val], labels[val], mean, std, sample_ids=val),
         num_classes=10,
         input_shape=(1, 8, 8),
-        description=f"sklearn digits, {len(xt)} train / {len(xv)} val, seed {seed}",
+        description=f"sklearn digits, {len(train)} train / {len(val)} val, seed {seed}",
+        source="digits",
     )
+
+
+def digit_images(ids: list[int]) -> list[list[list[int]]]:
+    """The 8x8 images (pixel values 0-16) of the given sample ids, for image grids."""
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    images = sklearn_digits().images
+    return [images[i].astype(int).tolist() for i in ids]

@@ -112,6 +112,9 @@ def make_loader(
         prefetch_factor: batches each worker prepares ahead.
         device: pins host memory when it is a GPU (faster, asynchronous copies).
 
+    A shuffled dataset with sample ids honours ``TRAINHUB_SAMPLE_FILTER`` (the samples a
+    ``trainhub clone --drop-flagged/--relabel`` trial leaves out or relabels).
+
     Example (every rank):
         >>> loader = make_loader(splits.train, 128, num_workers=4, device="cuda:0")
         >>> for epoch in range(epochs):
@@ -120,6 +123,10 @@ def make_loader(
         ...         ...
     """
     rank, world_size = _rank_and_world(rank, world_size)
+    if shuffle:  # a training set: leave out / relabel what a `clone --drop-flagged` names
+        from trainhub.runtime.sample_filter import apply_sample_filter
+
+        dataset = apply_sample_filter(dataset)
     if isinstance(dataset, TensorDataset) and num_workers == 0:
         return TensorBatchLoader(
             dataset,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainhub.data.splits import Splits, split_arrays, to_tensor_dataset
+from trainhub.data.splits import Splits, split_indices, to_tensor_dataset
 
 ENV_DATA_DIR = "TRAINHUB_DATA_DIR"  # holds mnist/, cifar10/, ...
 MEAN, STD = 0.1307 * 255, 0.3081 * 255  # the usual MNIST normalisation, in pixel units
@@ -122,14 +122,22 @@ def load_mnist(
     if images.shape[0] != labels.shape[0]:
         raise ValueError(f"{where}: {images.shape[0]} images but {labels.shape[0]} labels")
     images = images.reshape(-1, 1, 28, 28)
-    (xt, yt), (xv, yv) = split_arrays(
-        images, labels, train_size=train_size, val_size=val_size, seed=seed
-    )
+    train, val = split_indices(len(images), train_size=train_size, val_size=val_size, seed=seed)
     return Splits(
-        to_tensor_dataset(xt, yt, MEAN, STD),
-        to_tensor_dataset(xv, yv, MEAN, STD),
+        to_tensor_dataset(images[train], labels[train], MEAN, STD, sample_ids=train),
+        to_tensor_dataset(images[val], labels[val], MEAN, STD, sample_ids=val),
         num_classes=10,
         input_shape=(1, 28, 28),
         description=f"MNIST {files} files at {where}, {train_size} train / {val_size} val, "
         f"seed {seed}",
+        source=f"mnist/{files}",
     )
+
+
+def mnist_images(ids: list[int], root: str | Path | None = None, files: str = "t10k") -> np.ndarray:
+    """The ``uint8`` 28x28 images of the given sample ids (their indices in the files)."""
+    where = Path(root) if root is not None else default_root()
+    if where is None:
+        raise FileNotFoundError(f"no MNIST directory: set {ENV_DATA_DIR}")
+    images = read_idx(_find(where, f"{files}-images-idx3-ubyte"))
+    return np.asarray(images[np.asarray(ids, dtype=np.int64)])

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from trainhub.runtime.distributed.strategies import AllReduceStrategy
     from trainhub.runtime.model import BaseCommStrategy, unwrap_model
     from trainhub.runtime.options import RuntimeOptions
+    from trainhub.runtime.sample_filter import apply_sample_filter
 
 __all__ = [
     "AllReduceStrategy",
@@ -39,6 +40,7 @@ __all__ = [
     "CheckpointHandle",
     "Context",
     "RuntimeOptions",
+    "apply_sample_filter",
     "init",
     "unwrap_model",
 ]
@@ -51,6 +53,7 @@ _LAZY = {
     "AllReduceStrategy": "trainhub.runtime.distributed.strategies",
     "BaseCommStrategy": "trainhub.runtime.model",
     "unwrap_model": "trainhub.runtime.model",
+    "apply_sample_filter": "trainhub.runtime.sample_filter",
 }
 
 

@@ -52,7 +52,9 @@ from trainhub.runtime.transport import Backoff, ControlPlaneClient
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from trainhub.runtime.distill import Distiller
     from trainhub.runtime.distributed import DistributedConfig, PreparedModel, StepTimer
+    from trainhub.runtime.layer_watch import LayerWatch
 
 logger = logging.getLogger("trainhub.runtime")
 
@@ -633,6 +635,10 @@ class Context:
             self._closed = True
             self._remove_exit_hooks()
             if not from_exit and self._owns_process_group and dist.is_initialized():
+                # a DDP reducer that outlives its process group can abort the process (-6)
+                from trainhub.runtime.distributed.teardown import release_reducers
+
+                release_reducers()
                 dist.destroy_process_group()
         return self._close_result
 
@@ -672,6 +678,105 @@ class Context:
         # the atexit hook, which flushes; flushing right here could deadlock on a lock held by
         # the code this signal interrupted
         raise SystemExit(128 + signum)
+
+    # --- training dynamics of samples (docs/debugging.md) ---
+
+    def track_samples(
+        self,
+        ids: torch.Tensor,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        epoch: int | None = None,
+        source: str | None = None,
+    ) -> None:
+        """Record each sample's margin, probability, loss and prediction for ``trainhub debug``.
+
+        Call it on every rank after the forward pass of each training step; it never waits on
+        the device or the network (records are shipped in batches, at epoch ends and exit).
+
+        Args:
+            ids: Sample ids of the batch (a dataset's ``with_ids()`` yields them).
+            logits: The model's ``(batch, classes)`` output.
+            labels: The labels trained with.
+            epoch: The epoch (needed with several ranks); default: how often seen before.
+            source: The dataset the ids index, e.g. ``splits.source`` (for image grids).
+
+        Example:
+            >>> for x, y, ids in loader:  # doctest: +SKIP
+            ...     logits = model(x)
+            ...     ctx.track_samples(ids, logits, y, epoch=epoch, source=splits.source)
+        """
+        from trainhub.runtime.sample_tracking import make_tracker
+
+        if getattr(self, "_sample_tracker", None) is None:
+            env, options = self._env, self._options
+            self._sample_tracker = make_tracker(
+                device=self._device, rank=env.rank, attempt=env.attempt, api_url=env.api_url,
+                token=env.token, trial_id=env.trial_id, request_timeout_s=options.request_timeout_s,
+                retry_initial_s=options.retry_initial_s, retry_max_s=options.retry_max_s,
+                flush_timeout_s=options.flush_timeout_s, local_dir=options.metrics_file.parent,
+            )  # fmt: skip
+        self._sample_tracker.track(ids, logits, labels, epoch=epoch, source=source)
+
+    def distiller(
+        self,
+        student: nn.Module,
+        teacher: nn.Module | None = None,
+        *,
+        weights: str | Path | bytes | Mapping[str, Any] | None = None,
+        example_input: torch.Tensor | None = None,
+        **settings: Any,
+    ) -> Distiller:
+        """A teacher for ``student``, on this rank: ``distiller.loss(x, logits, y)`` per batch.
+
+        The spec's ``distill`` section names the teacher (fetched on every rank) and the
+        temperature, alpha and hints; ``weights`` (a path or state dict) and ``settings``
+        (``temperature``, ``alpha``, ``hints``, ``hint_weight``) override it. Add
+        ``distiller.parameters()`` (the hint adapters) to the optimizer. Every rank calls it
+        (after ``prepare_model``) and holds its own teacher in eval mode on its device; with
+        hints and several ranks, ``distiller.loss`` is a collective like the backward. See
+        :mod:`trainhub.runtime.distill` and docs/models.md.
+
+        Example:
+            >>> distiller = ctx.distiller(model, Teacher())  # doctest: +SKIP
+            >>> loss = distiller.loss(x, model(x), y)  # doctest: +SKIP
+        """
+        from trainhub.distill_contract import DistillSpec
+        from trainhub.runtime.distill import make_distiller
+
+        spec = DistillSpec.from_env()
+        return make_distiller(
+            student,
+            teacher,
+            weights=weights,
+            spec=spec,
+            api_url=self._env.api_url,
+            token=self._env.token,
+            trial_id=self._env.trial_id,
+            device=self.device,
+            example_input=example_input,
+            **settings,
+        )
+
+    # --- layer health ---
+
+    def watch(self, model: nn.Module, every: int = 100, **options: Any) -> LayerWatch:
+        """Sample layer health (gradient and weight norms, update ratio, activation statistics,
+        dead or saturated units, the first layer with NaN/Inf) every ``every`` training steps
+        and report it as ``layers/<layer>/<statistic>`` metrics; the control plane raises
+        alerts from them (``trainhub show``). Every rank may call it; rank 0 ships. Options:
+        ``max_layers``, ``start_step`` (see :class:`~trainhub.runtime.layer_watch.LayerWatch`).
+
+        Example:
+            >>> watch = ctx.watch(model, every=50)  # doctest: +SKIP
+            >>> watch.flush()  # before ctx.close(): ships the last sample  # doctest: +SKIP
+        """
+        from trainhub.runtime.layer_watch import LayerWatch
+
+        return LayerWatch(
+            model, every=every, report=lambda s, m: self.report(step=s, **m), **options
+        )
 
 
 def _as_step(step: object) -> int:

@@ -19,7 +19,15 @@ def make_data_loader(
     seed: int = 0,
     **kwargs: Any,
 ) -> DataLoader[T]:
-    """A DataLoader over this rank's shard (a DistributedSampler) when world size > 1."""
+    """A DataLoader over this rank's shard (a DistributedSampler) when world size > 1.
+
+    A shuffled (training) dataset with sample ids loses the samples a ``trainhub clone
+    --drop-flagged`` trial leaves out, and takes its relabels (runtime/sample_filter.py).
+    """
+    if shuffle:
+        from trainhub.runtime.sample_filter import apply_sample_filter
+
+        dataset = apply_sample_filter(dataset)
     if world_size <= 1:
         return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, **kwargs)
     if isinstance(dataset, IterableDataset):

@@ -20,7 +20,11 @@ ENV_ATTEMPT = "TRAINHUB_ATTEMPT"  # 1 for the first run of a trial, 2 after a re
 ENV_HPARAMS = "TRAINHUB_HPARAMS"  # JSON object of hyperparameters
 ENV_RESTORE_CHECKPOINT = "TRAINHUB_RESTORE_CHECKPOINT"  # checkpoint id to restore, or unset
 ENV_DISTRIBUTED = "TRAINHUB_DISTRIBUTED"  # JSON of the spec's distributed section, if any
+ENV_DISTILL = "TRAINHUB_DISTILL"  # JSON of the spec's distill section, if any
 ENV_SPOOL_DIR = "TRAINHUB_SPOOL_DIR"  # node-local scratch directory of this attempt
+# JSON {"drop": [sample ids], "relabel": {"id": label}} from `trainhub clone --drop-flagged`:
+# the runtime's data loaders leave out or relabel these samples (runtime/sample_filter.py)
+ENV_SAMPLE_FILTER = "TRAINHUB_SAMPLE_FILTER"
 
 # --- optional tuning of the runtime (the executor may set them; the runtime has defaults) ---
 ENV_FLUSH_TIMEOUT_S = "TRAINHUB_FLUSH_TIMEOUT_S"  # how long close() keeps retrying; default 600
@@ -35,6 +39,8 @@ METRIC_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,127}$"  # 1-128 chars
 MAX_METRICS_PER_POINT = 256
 MAX_POINTS_PER_REQUEST = 1000
 MAX_METRICS_BODY_BYTES = 1024 * 1024
+MAX_SAMPLE_RECORDS_PER_REQUEST = 10_000
+MAX_SAMPLE_CLASSES = 10_000
 
 
 def metrics_path(trial_id: int) -> str:
@@ -53,6 +59,17 @@ def checkpoints_path(trial_id: int) -> str:
 def checkpoint_file_path(trial_id: int, checkpoint_id: int) -> str:
     """GET the bytes of a checkpoint."""
     return f"{API_PREFIX}/trials/{trial_id}/checkpoints/{checkpoint_id}/file"
+
+
+def samples_path(trial_id: int) -> str:
+    """POST a :class:`SampleRecordsBatch`; 204. Idempotent: a retry with the same uuid stores
+    nothing twice."""
+    return f"{API_PREFIX}/trials/{trial_id}/samples"
+
+
+def teacher_weights_path(trial_id: int) -> str:
+    """GET the weights of the teacher the trial's ``distill`` section names."""
+    return f"{API_PREFIX}/trials/{trial_id}/teacher-weights"
 
 
 def signals_path(trial_id: int) -> str:
@@ -76,6 +93,22 @@ class MetricsBatch(TypedDict, total=False):
     attempt: int
     points: list[MetricPoint]
     progress: Progress
+
+
+class SampleRecordsBatch(TypedDict):
+    """Training dynamics of samples, one entry per sample and epoch, in columns."""
+
+    attempt: int
+    uuid: str  # chosen by the runtime; a retry with the same uuid stores nothing twice
+    source: str | None  # the dataset the ids index, e.g. "mnist/t10k", "digits"
+    num_classes: int
+    ids: list[int]
+    epochs: list[int]
+    labels: list[int]  # the label trained with
+    predictions: list[int]  # argmax of the logits
+    margins: list[float]  # given label's logit - the largest other logit
+    probs: list[float]  # softmax probability of the given label
+    losses: list[float]  # cross-entropy of the given label
 
 
 class CheckpointRecord(TypedDict):

@@ -78,6 +78,20 @@ class ControlPlaneClient:
         )
         _check(response, "POST metrics")
 
+    def post_sample_records(
+        self, batch: protocol.SampleRecordsBatch, budget_s: float | None = None
+    ) -> None:
+        body = json.dumps(batch, separators=(",", ":")).encode()
+        response = _send(
+            lambda: self._http.post(
+                protocol.samples_path(self._trial_id),
+                content=body,
+                headers={"Content-Type": "application/json"},
+                timeout=self._timeout(budget_s),
+            )
+        )
+        _check(response, "POST samples")
+
     def upload_checkpoint(
         self,
         path: Path,

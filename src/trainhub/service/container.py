@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from trainhub.core.resources import Node
 from trainhub.service.admin import AdminService, authenticate_with
 from trainhub.service.clock import Clock
+from trainhub.service.debugging import DebugService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
 from trainhub.service.ports import Principal
@@ -30,6 +31,7 @@ class Services:
     warnings: tuple[str, ...] = ()  # what an admin must know about this deployment
     steering: SteeringService | None = None  # searches, pause/resume, clone (api/routes/search)
     monitoring: MonitoringService | None = None  # nodes, health, /metrics (api/routes/monitoring)
+    debugging: DebugService | None = None  # sample records, debug reports (api/routes/debugging)
 
     def authenticate(self, secret: str | None) -> Principal:
         return authenticate_with(self.uow, self.clock, secret)

@@ -488,6 +488,9 @@ class ControlLoop:
         distributed = experiment.spec.get("distributed")
         if distributed:
             env[protocol.ENV_DISTRIBUTED] = json.dumps(distributed)
+        distill = experiment.spec.get("distill")
+        if distill:
+            env[protocol.ENV_DISTILL] = json.dumps(distill)
         context = self.store.get(experiment.context_key) if experiment.context_key else b""
         launch = AttemptLaunch(
             attempt_key=key,

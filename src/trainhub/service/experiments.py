@@ -9,7 +9,7 @@ import io
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
 from trainhub.core import fairshare
@@ -48,8 +48,17 @@ from trainhub.service.clock import Clock
 from trainhub.service.context_archive import DEFAULT_MAX_CONTEXT_BYTES, check_context
 from trainhub.service.keys import staged_context_key
 from trainhub.service.ports import ArtifactStore, Principal
-from trainhub.service.records import Attempt, Checkpoint, Experiment, Trial, TrialEvent, TrialUpdate
+from trainhub.service.records import (
+    Attempt,
+    Checkpoint,
+    Experiment,
+    LayerAlertRecord,
+    Trial,
+    TrialEvent,
+    TrialUpdate,
+)
 from trainhub.service.repository import ExperimentStore, TrialStore, UnitOfWork
+from trainhub.service.teachers import check_teacher
 from trainhub.service.trial_writes import write_trial
 
 log = logging.getLogger(__name__)
@@ -80,6 +89,10 @@ class ExperimentDetail:
     trials: list[Trial]
 
 
+# the trial's JSON and `trainhub show` list this many layer-health alerts (the route lists all)
+TRIAL_ALERTS_SHOWN = 50
+
+
 @dataclass(frozen=True)
 class TrialDetail:
     trial: Trial
@@ -87,6 +100,7 @@ class TrialDetail:
     attempts: list[Attempt]
     checkpoints: list[Checkpoint]
     events: list[TrialEvent]
+    alerts: list[LayerAlertRecord] = field(default_factory=list)  # layer health, earliest first
 
 
 class _TrialsOfExperiments(TrialStore, ExperimentStore, Protocol):
@@ -157,6 +171,7 @@ class ExperimentService:
                 "only cluster admins may submit with priority 'urgent'", "use 'high'"
             )
         check_fits_cluster(spec.resources, self._nodes())
+        check_teacher(self.uow, tenant_name, spec)
         assert principal.user_id is not None
         key = None
         size = 0
@@ -257,6 +272,7 @@ class ExperimentService:
                 repo.list_attempts(trial_id),
                 repo.list_checkpoints(trial_id),
                 repo.list_events(trial_id),
+                repo.list_layer_alerts(trial_id, TRIAL_ALERTS_SHOWN),
             )
 
     def cancel_experiment(self, principal: Principal, experiment_id: int) -> ExperimentDetail:

@@ -292,3 +292,18 @@ class RecordedTrial:
     ended_at: float | None
     run_time_s: float
     num_preemptions: int
+
+
+@dataclass(frozen=True)
+class LayerAlertRecord:
+    """A layer-health alert as kept: the first step it fired at (with its value and message
+    then) and the last."""
+
+    kind: str
+    layer: str
+    first_step: int
+    last_step: int
+    value: float | None
+    message: str
+    first_at: float
+    last_at: float

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from trainhub.core.layer_alerts import LayerAlert
 from trainhub.core.states import ExperimentState, TrialState
 from trainhub.service.records import (
     Attempt,
@@ -28,6 +29,7 @@ from trainhub.service.records import (
     CheckpointTimes,
     Experiment,
     FinishedRun,
+    LayerAlertRecord,
     MetricPoint,
     RecordedTrial,
     Tenant,
@@ -215,6 +217,17 @@ class EventStore(Protocol):
     def list_events(self, trial_id: int, limit: int = 100) -> list[TrialEvent]: ...
 
 
+class LayerAlertStore(Protocol):
+    """Layer-health alerts: one per (trial, kind, layer), with the first and last step."""
+
+    def record_layer_alerts(
+        self, trial_id: int, alerts: Sequence[LayerAlert], now: float
+    ) -> None: ...
+    def list_layer_alerts(self, trial_id: int, limit: int = 1000) -> list[LayerAlertRecord]:
+        """Earliest first."""
+        ...
+
+
 class Repository(
     TenantStore,
     AuthStore,
@@ -225,6 +238,7 @@ class Repository(
     MetricStore,
     CheckpointStore,
     EventStore,
+    LayerAlertStore,
     Protocol,
 ):
     """Every role: what one unit of work yields."""

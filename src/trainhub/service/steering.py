@@ -14,13 +14,15 @@ latest checkpoint (``searcher.source_checkpoint_id``).
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from trainhub.core.errors import Conflict, InvalidRequest, NotFound
+from trainhub.core import limits
+from trainhub.core.errors import Conflict, InvalidRequest, NotFound, TooLarge
 from trainhub.core.spec import NAME_PATTERN, ExperimentSpec, parse_spec
 from trainhub.core.states import TrialState
 from trainhub.service.auth import (
@@ -47,6 +49,45 @@ from trainhub.service.search_ports import (
     StopIntent,
 )
 from trainhub.service.trial_writes import write_trial
+
+# the same name as trainhub.runtime.protocol.ENV_SAMPLE_FILTER (a test keeps them equal)
+SAMPLE_FILTER_ENV = "TRAINHUB_SAMPLE_FILTER"
+
+
+@dataclass(frozen=True)
+class SampleFilter:
+    """Samples a cloned trial leaves out or relabels (``TRAINHUB_SAMPLE_FILTER``)."""
+
+    drop: tuple[int, ...] = ()
+    relabel: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of(cls, drop: list[int], relabel: dict[str, int]) -> SampleFilter:
+        pairs = []
+        for key, label in relabel.items():
+            try:
+                sample_id = int(key)
+            except ValueError:
+                raise InvalidRequest(
+                    f"relabel: {key[:40]!r} is not a sample id", "map ids to labels: {'17': 3}"
+                ) from None
+            if not 0 <= sample_id <= limits.INT64_MAX or not 0 <= label < limits.MAX_SAMPLE_CLASSES:
+                raise InvalidRequest(f"relabel: {key} -> {label} is out of range")
+            pairs.append((sample_id, label))
+        if len(drop) + len(pairs) > limits.MAX_FILTERED_SAMPLES:
+            raise TooLarge(
+                f"{len(drop) + len(pairs)} samples to drop or relabel; the limit is "
+                f"{limits.MAX_FILTERED_SAMPLES}",
+                "drop a smaller fraction",
+            )
+        return cls(tuple(sorted(set(drop))), tuple(sorted(pairs)))
+
+    def __bool__(self) -> bool:
+        return bool(self.drop or self.relabel)
+
+    def to_json(self) -> str:
+        relabel = {str(k): v for k, v in self.relabel}
+        return json.dumps({"drop": list(self.drop), "relabel": relabel}, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -256,9 +297,16 @@ class SteeringService:
         trial_id: int,
         changes: dict[str, Any],
         from_checkpoint: bool = True,
+        sample_filter: SampleFilter | None = None,
     ) -> ExperimentDetail:
-        """A single-trial experiment with this trial's hyperparameters, changed as asked."""
+        """A single-trial experiment with this trial's hyperparameters, changed as asked;
+        ``sample_filter`` names samples its data loaders leave out or relabel."""
         detail = self.experiments.get_trial(principal, trial_id)
+        if sample_filter:
+            changes = {
+                **changes,
+                f"environment.variables.{SAMPLE_FILTER_ENV}": sample_filter.to_json(),
+            }
         return self._clone(
             principal,
             detail.experiment,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainhub.core import limits
+from trainhub.core import layer_alerts, limits
 from trainhub.core.errors import (
     Conflict,
     FieldError,
@@ -25,8 +25,17 @@ from trainhub.service.auth import check_trial_scope
 from trainhub.service.clock import Clock
 from trainhub.service.keys import checkpoint_key, log_key
 from trainhub.service.ports import ArtifactStore, BlobWriter, Principal
-from trainhub.service.records import KEEP, Checkpoint, MetricPoint, Tenant, Trial, TrialUpdate
+from trainhub.service.records import (
+    KEEP,
+    Checkpoint,
+    LayerAlertRecord,
+    MetricPoint,
+    Tenant,
+    Trial,
+    TrialUpdate,
+)
 from trainhub.service.repository import Repository, UnitOfWork
+from trainhub.service.teachers import TeacherMissing, teacher_checkpoint
 
 MAX_LOG_CHUNK_BYTES = 1024 * 1024
 _METRIC_NAME = re.compile(limits.METRIC_NAME_PATTERN)
@@ -249,6 +258,7 @@ class TrackingService:
                     ]
                 )
             repo.upsert_metrics(trial_id, attempt, points, now)
+            self._raise_layer_alerts(repo, trial_id, points, now)
             for _, values in sorted(points, key=lambda p: p[0]):
                 latest.update(values)
             top = max(step for step, _ in points) if points else None
@@ -258,12 +268,37 @@ class TrackingService:
                 trial_id, TrialUpdate(latest_metrics=latest, progress=progress or KEEP)
             )
 
+    @staticmethod
+    def _raise_layer_alerts(
+        repo: Repository, trial_id: int, points: list[tuple[int, dict[str, float]]], now: float
+    ) -> None:
+        """Alerts from the ``layers/*`` metrics of ``ctx.watch`` (rules: core.layer_alerts)."""
+        alerts = [a for step, values in points for a in layer_alerts.evaluate(step, values)]
+        if not alerts:
+            return
+        if any(a.kind is layer_alerts.AlertKind.NONFINITE for a in alerts):
+            known = [
+                a.layer
+                for a in repo.list_layer_alerts(trial_id)
+                if a.kind == layer_alerts.AlertKind.NONFINITE
+            ]
+            alerts = layer_alerts.attribute_nonfinite(alerts, known[0] if known else None)
+        repo.record_layer_alerts(trial_id, alerts, now)
+
     def list_metrics(
         self, principal: Principal, trial_id: int, after_step: int | None, limit: int
     ) -> list[MetricPoint]:
         with self.uow() as repo:
             _trial_for(repo, principal, trial_id, write=False)
             return repo.list_metrics(trial_id, after_step, limit)
+
+    def list_layer_alerts(
+        self, principal: Principal, trial_id: int, limit: int
+    ) -> list[LayerAlertRecord]:
+        """The trial's layer-health alerts (from the ``layers/*`` metrics), earliest first."""
+        with self.uow() as repo:
+            _trial_for(repo, principal, trial_id, write=False)
+            return repo.list_layer_alerts(trial_id, limit)
 
     def begin_checkpoint(
         self,
@@ -444,6 +479,30 @@ class TrackingService:
             if checkpoint is None or (checkpoint.trial_id != trial_id and not restores):
                 raise NotFound(f"checkpoint {checkpoint_id} of trial {trial_id} does not exist")
         return checkpoint, self.store.iter_chunks(checkpoint.storage_key)
+
+    def teacher_chunks(self, principal: Principal, trial_id: int) -> tuple[int, Iterator[bytes]]:
+        """The weights of the teacher that trial ``trial_id``'s spec distils from, for its own
+        runtime (or a reader of its tenant): size and chunks.
+
+        ``distill.teacher: trial:ID`` is the latest checkpoint of that trial, which must belong
+        to the same tenant. A registered model (``NAME[:VERSION]``) is served by the model
+        registry's route.
+        """
+        with self.uow() as repo:
+            trial = _trial_for(repo, principal, trial_id, write=False)
+            section = repo.experiment_of(trial_id).spec.get("distill")
+            if not section:
+                raise NotFound(f"trial {trial_id} distils from no teacher (no distill section)")
+            teacher = str(section.get("teacher", ""))
+            try:
+                latest = teacher_checkpoint(repo, teacher, trial.tenant)
+            except TeacherMissing as exc:
+                raise NotFound(exc.message, exc.hint) from None
+            if latest is None:
+                raise NotFound(
+                    f"teacher {teacher} is a registered model: the model registry serves it"
+                )
+        return latest.size_bytes, self.store.iter_chunks(latest.storage_key)
 
     def checkpoint_data(self, principal: Principal, trial_id: int, checkpoint_id: int) -> bytes:
         _, chunks = self.checkpoint_chunks(principal, trial_id, checkpoint_id)

@@ -12,6 +12,7 @@ from sqlalchemy import update as sa_update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from trainhub.adapters.db.alert_repository import SqlLayerAlertStore
 from trainhub.adapters.db.models import (
     AttemptRow,
     CheckpointRow,
@@ -157,7 +158,7 @@ def _checkpoint(row: CheckpointRow) -> Checkpoint:
     )
 
 
-class SqlRepository:
+class SqlRepository(SqlLayerAlertStore):
     def __init__(self, session: Session) -> None:
         self.s = session
 

@@ -23,7 +23,7 @@ from trainhub.api.search_schemas import (
 )
 from trainhub.core.errors import Conflict
 from trainhub.service.container import Services
-from trainhub.service.steering import SteeringService
+from trainhub.service.steering import SampleFilter, SteeringService
 
 # every search route names an experiment, trial or template (404), may find it in a state that
 # refuses the change or a control plane without search (409), and bounds its body (411)
@@ -129,8 +129,20 @@ def kill_trial(
 def clone_trial(
     services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId, body: TrialCloneIn
 ) -> ExperimentDetailPublic:
-    """A new single-trial experiment with this trial's hyperparameters, changed as asked."""
-    detail = _steering(services).clone_trial(principal, trial_id, body.set, body.from_checkpoint)
+    """A new single-trial experiment with this trial's hyperparameters, changed as asked;
+    optionally without its most suspicious samples or with some relabeled."""
+    drop: list[int] = []
+    if body.drop_flagged is not None:
+        if services.debugging is None:
+            raise Conflict("this control plane does not keep sample records")
+        drop = services.debugging.flagged_ids(principal, trial_id, body.drop_flagged)
+    detail = _steering(services).clone_trial(
+        principal,
+        trial_id,
+        body.set,
+        body.from_checkpoint,
+        sample_filter=SampleFilter.of(drop, body.relabel or {}),
+    )
     return ExperimentDetailPublic.of_detail(detail)
 
 

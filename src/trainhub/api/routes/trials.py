@@ -14,6 +14,8 @@ from trainhub.api.params import Attempt, CheckpointId, Offset, Step, TrialId, er
 from trainhub.api.schemas import (
     CheckpointPublic,
     CheckpointsPublic,
+    LayerAlertPublic,
+    LayerAlertsPublic,
     LogChunkPublic,
     MetricPointPublic,
     MetricsBatchIn,
@@ -80,6 +82,20 @@ def list_metrics(
         for p in points
     ]
     return MetricsPublic(data=data, count=len(data))
+
+
+@router.get("/{trial_id}/alerts", response_model=LayerAlertsPublic, responses=errors(404))
+def list_layer_alerts(
+    services: ServicesDep,
+    principal: CurrentPrincipal,
+    trial_id: TrialId,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+) -> LayerAlertsPublic:
+    """Layer-health alerts (vanishing or exploding gradients, dead layers, NaN/Inf) raised
+    from the trial's ``layers/*`` metrics, earliest first, with the step and the layer."""
+    alerts = services.tracking.list_layer_alerts(principal, trial_id, limit)
+    data = [LayerAlertPublic.of(a) for a in alerts]
+    return LayerAlertsPublic(data=data, count=len(data))
 
 
 def _parse_metrics(text: str) -> dict[str, Any]:
@@ -194,6 +210,26 @@ def download_checkpoint(
         iterate_in_threadpool(chunks),
         media_type="application/octet-stream",
         headers={"Content-Length": str(checkpoint.size_bytes)},
+    )
+
+
+@router.get(
+    "/{trial_id}/teacher-weights",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "The weights."},
+        **errors(404),
+    },
+)
+def teacher_weights(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
+) -> Response:
+    """The weights of the teacher the trial's spec distils from (``distill.teacher``)."""
+    size, chunks = services.tracking.teacher_chunks(principal, trial_id)
+    return StreamingResponse(
+        iterate_in_threadpool(chunks),
+        media_type="application/octet-stream",
+        headers={"Content-Length": str(size)},
     )
 
 

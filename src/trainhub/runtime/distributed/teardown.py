@@ -29,10 +29,15 @@ def release_at_exit(model: DistributedDataParallel) -> None:
 
 @functools.cache
 def _register_hook() -> None:
-    atexit.register(_release)
+    atexit.register(release_reducers)
 
 
-def _release() -> None:
+def release_reducers() -> None:
+    """Drop the reducer of every DDP model prepared in this process, then collect garbage.
+
+    Runs at exit, and before the runtime destroys the process group it created: a reducer that
+    outlives its process group can abort the process the same way (exit -6).
+    """
     for model in list(_models):
         if "reducer" in vars(model):
             del model.reducer
