@@ -89,8 +89,7 @@ def test_ctx_track_samples_standalone_writes_a_local_file(clean_launch_env: Path
     for epoch in range(2):
         for x, y, ids in loader:
             ctx.track_samples(ids, model(x), y, epoch=epoch, source=splits.source)
-    ctx._sample_tracker.close()  # what the exit hook does
-    ctx.close()
+    ctx.close()  # ships the last epoch's records
     lines = _lines(clean_launch_env / "trainhub-samples.jsonl")
     seen = np.concatenate([b["ids"] for b in lines])
     assert len(seen) == 2 * len(splits.train)

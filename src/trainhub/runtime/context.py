@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from trainhub.runtime.distill import Distiller
     from trainhub.runtime.distributed import DistributedConfig, PreparedModel, StepTimer
     from trainhub.runtime.layer_watch import LayerWatch
+    from trainhub.runtime.sample_tracking import SampleTracker
 
 logger = logging.getLogger("trainhub.runtime")
 
@@ -155,6 +156,8 @@ class Context:
         self._batch_size: int | None = None
         self._optimizers: list[torch.optim.Optimizer] = []
         self._poller: SignalPoller | None = None
+        self._sample_tracker: SampleTracker | None = None
+        self._watches: list[LayerWatch] = []
         self._closed = False
         self._closing = False
         self._close_lock = threading.Lock()
@@ -617,10 +620,18 @@ class Context:
         timeout = self._options.flush_timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
         try:
+            for watch in self._watches:  # their last samples, as metrics, before the flush
+                try:
+                    watch.flush()
+                except Exception:  # a broken watch must not cost the other metrics
+                    logger.exception("trainhub: a layer watch could not ship its last sample")
+            samples_delivered = (
+                self._sample_tracker.close(timeout) if self._sample_tracker is not None else True
+            )
             self._metrics.begin_close(timeout)
             self._checkpoints.begin_close(timeout)
             delivered = self._metrics.finish_close()
-            delivered = self._checkpoints.finish_close() and delivered
+            delivered = self._checkpoints.finish_close() and delivered and samples_delivered
             if self._poller is not None:
                 self._poller.close()
             if self._prepared is not None and not from_exit:
@@ -709,7 +720,7 @@ class Context:
         """
         from trainhub.runtime.sample_tracking import make_tracker
 
-        if getattr(self, "_sample_tracker", None) is None:
+        if self._sample_tracker is None:
             env, options = self._env, self._options
             self._sample_tracker = make_tracker(
                 device=self._device, rank=env.rank, attempt=env.attempt, api_url=env.api_url,
@@ -770,13 +781,15 @@ class Context:
 
         Example:
             >>> watch = ctx.watch(model, every=50)  # doctest: +SKIP
-            >>> watch.flush()  # before ctx.close(): ships the last sample  # doctest: +SKIP
+            >>> watch.flush()  # ships the last sample now; close() does too  # doctest: +SKIP
         """
         from trainhub.runtime.layer_watch import LayerWatch
 
-        return LayerWatch(
+        watch = LayerWatch(
             model, every=every, report=lambda s, m: self.report(step=s, **m), **options
         )
+        self._watches.append(watch)  # close() ships its last sample
+        return watch
 
 
 def _as_step(step: object) -> int:
