@@ -46,6 +46,34 @@ def _version_of(client: Any, ref: str, tenant: str | None) -> dict[str, Any]:
     return found
 
 
+def _parse_arch(text: str) -> dict[str, Any]:
+    example = '--arch \'{"zoo": "lenet5", "args": {"num_classes": 10}, "input": [1, 28, 28]}\''
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise fail(f"--arch is not JSON: {exc}", example, code=EXIT_INVALID_INPUT) from None
+    if not isinstance(value, dict):
+        raise fail("--arch must be a JSON object", example, code=EXIT_INVALID_INPUT)
+    return value
+
+
+def _write(target: Path, data: bytes) -> None:
+    try:
+        target.write_bytes(data)
+    except OSError as exc:
+        raise fail(
+            f"cannot write {target}: {exc.strerror or exc}", "pass -o FILE in a writable directory"
+        ) from None
+
+
+def _target(output: Path | None, version: dict[str, Any], suffix: str) -> Path:
+    """``output``, a file named for the version in it when it is a directory, or in ``.``."""
+    name = f"{version['model']}-v{version['version']}.{suffix}"
+    if output is None:
+        return Path(name)
+    return output / name if output.is_dir() else output
+
+
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
 
@@ -71,7 +99,7 @@ def register(
     ] = None,
 ) -> None:
     """Register a checkpoint of TRIAL as the next version of model NAME."""
-    arch_value = json.loads(arch) if arch else None
+    arch_value = _parse_arch(arch) if arch else None
     with connect() as client:
         version = client.register_model(
             trial_id, name, checkpoint, description=description, arch=arch_value
@@ -137,16 +165,19 @@ def show(
 def download(
     ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]")],
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Default: NAME-vVERSION.pt")
-    ] = Path(),
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="A file or a directory; default: NAME-vVERSION.pt here."
+        ),
+    ] = None,
     tenant: TenantOpt = None,
 ) -> None:
     """Save a version's weights (a checkpoint file for torch.load)."""
     with connect() as client:
         version = _version_of(client, ref, tenant)
         data = client.download_model(version["model"], version["version"], version["tenant"])
-    target = output if output != Path() else Path(f"{version['model']}-v{version['version']}.pt")
-    target.write_bytes(data)
+    target = _target(output, version, "pt")
+    _write(target, data)
     out.print(f"{target} ({len(data)} bytes)")
 
 
@@ -210,7 +241,12 @@ def suggest(
 def export(
     ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]")],
     fmt: Annotated[str, typer.Option("--format", help="onnx | torchscript")] = "onnx",
-    output: Annotated[Path, typer.Option("--output", "-o")] = Path(),
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="A file or a directory; default: NAME-vVERSION.onnx (.pt) here."
+        ),
+    ] = None,
     input_shape: Annotated[
         str | None, typer.Option("--input", help="CxHxW where the version records none")
     ] = None,
@@ -225,17 +261,21 @@ def export(
     with connect() as client:
         version = _version_of(client, ref, tenant)
         data = client.download_model(version["model"], version["version"], version["tenant"])
-    suffix = "onnx" if fmt == "onnx" else "pt"
-    target = (
-        output if output != Path() else Path(f"{version['model']}-v{version['version']}.{suffix}")
-    )
-    arch = dict(version["arch"])
-    try:
-        if input_shape:
+    target = _target(output, version, "onnx" if fmt == "onnx" else "pt")
+    arch = dict(version["arch"] or {})
+    if input_shape:
+        try:
             arch["input"] = list(parse_shape(input_shape))
+        except ValueError as exc:
+            raise fail(str(exc), code=EXIT_INVALID_INPUT) from None
+    try:
         path, diff = export_version(data, arch, fmt, target)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(
+            f"cannot write {target}: {exc.strerror or exc}", "pass -o FILE in a writable directory"
+        ) from None
     out.print(
         f"{path}: {path.stat().st_size} bytes; checked against PyTorch (difference {diff:.2e})"
     )
