@@ -88,3 +88,22 @@ def test_a_refused_field_is_printed_once(cli: Cli, registered: tuple[str, int]) 
     result = cli("models", "register", str(trial_id), "--name", "bad name!", token=alice)
     assert result.exit_code == 1
     assert result.output.count("name:") == 1, result.output
+
+
+def test_suggest_needs_an_image_shape_and_a_task_with_models(cli: Cli) -> None:
+    flat = cli("models", "suggest", "--input", "1x28", "--offline")
+    assert flat.exit_code == 2, flat.output
+    assert "an image is CxHxW" in flat.output
+    unknown = cli("models", "suggest", "--task", "speech", "--offline")
+    assert unknown.exit_code == 2, unknown.output
+    assert "no registered or zoo model is for task 'speech'" in unknown.output
+
+
+def test_debug_checks_its_options_before_asking_the_server(cli: Cli, tmp_path: Path) -> None:
+    score = cli("debug", "1", "--score", "xyz")
+    assert score.exit_code == 2, score.output
+    assert "--score 'xyz': use one of aum, confidence" in score.output
+    missing = tmp_path / "no" / "scores.csv"
+    csv = cli("debug", "1", "--csv", str(missing))
+    assert csv.exit_code == 2, csv.output
+    assert f"cannot write {missing}" in csv.output

@@ -214,6 +214,7 @@ def suggest(
 ) -> None:
     """Rank registered and zoo models by fit: input shape, classes, accuracy, size."""
     from trainhub.core.model_fit import Problem, parse_shape
+    from trainhub.models.catalog import IMAGE
     from trainhub.models.catalog import suggest as rank
 
     try:
@@ -224,8 +225,17 @@ def suggest(
     if not offline:
         with connect() as client:
             registered = client.list_models()
+    fits = rank(problem, registered)
+    if not fits:
+        archs = [(m.get("latest") or {}).get("arch") or {} for m in registered]
+        tasks = sorted({IMAGE, *(str(a.get("task", IMAGE)) for a in archs)})
+        raise fail(
+            f"no registered or zoo model is for task {task!r}",
+            f"tasks with models: {', '.join(tasks)}",
+            code=EXIT_INVALID_INPUT,
+        )
     table = Table("rank", "model", "score", "parameters", "why")
-    for i, fit in enumerate(rank(problem, registered)[:limit], 1):
+    for i, fit in enumerate(fits[:limit], 1):
         params = fit.candidate.num_parameters
         table.add_row(
             str(i),
