@@ -107,3 +107,28 @@ def test_debug_checks_its_options_before_asking_the_server(cli: Cli, tmp_path: P
     csv = cli("debug", "1", "--csv", str(missing))
     assert csv.exit_code == 2, csv.output
     assert f"cannot write {missing}" in csv.output
+
+
+def test_compress_refuses_an_unknown_dataset(cli: Cli) -> None:
+    result = cli("compress", "small", "--data", "imagenet")
+    assert result.exit_code == 2, result.output
+    assert "--data 'imagenet': use one of auto," in result.output
+
+
+def test_every_option_and_argument_of_the_new_commands_has_help() -> None:
+    import typer.main
+
+    from trainhub.cli.main import app
+
+    group = typer.main.get_command(app)
+    commands = ["debug", "profile", "clone", "compress"]
+    undocumented = []
+    for name in commands:
+        command = group.commands[name]  # type: ignore[attr-defined]
+        undocumented += [f"{name} {p.name}" for p in command.params if not getattr(p, "help", "")]
+    models = group.commands["models"].commands  # type: ignore[attr-defined]
+    for name, command in models.items():
+        undocumented += [
+            f"models {name} {p.name}" for p in command.params if not getattr(p, "help", "")
+        ]
+    assert undocumented == []

@@ -16,6 +16,13 @@ from trainhub.cli.session import EXIT_INVALID_INPUT, connect, fail, out
 
 app = typer.Typer(help="The model registry: versioned models made from trials' checkpoints.")
 
+RefArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="NAME[:VERSION]",
+        help="A model: NAME (its latest version), NAME:VERSION or TENANT/NAME:VERSION.",
+    ),
+]
 TenantOpt = Annotated[
     str | None, typer.Option("--tenant", help="The owning tenant, where names collide.")
 ]
@@ -85,12 +92,16 @@ def _metrics(metrics: dict[str, Any], limit: int = 4) -> str:
 
 @app.command()
 def register(
-    trial_id: Annotated[int, typer.Argument(metavar="TRIAL")],
+    trial_id: Annotated[
+        int, typer.Argument(metavar="TRIAL", help="The trial whose checkpoint is registered.")
+    ],
     name: Annotated[str, typer.Option("--name", "-n", help="The model's name in the tenant.")],
     checkpoint: Annotated[
         int | None, typer.Option("--checkpoint", help="A checkpoint id; default: the latest.")
     ] = None,
-    description: Annotated[str, typer.Option("--description", "-d")] = "",
+    description: Annotated[
+        str, typer.Option("--description", "-d", help="What this version is, in words.")
+    ] = "",
     arch: Annotated[
         str | None,
         typer.Option(
@@ -109,7 +120,11 @@ def register(
 
 
 @app.command("ls")
-def ls(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def ls(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Every model and version as JSON.")
+    ] = False,
+) -> None:
     """Models of your tenants and those shared with them."""
     with connect() as client:
         models = client.list_models()
@@ -132,7 +147,7 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 
 @app.command()
 def show(
-    ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]")],
+    ref: RefArg,
     tenant: TenantOpt = None,
 ) -> None:
     """A model's versions, or one version's architecture, metrics and lineage."""
@@ -163,7 +178,7 @@ def show(
 
 @app.command()
 def download(
-    ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]")],
+    ref: RefArg,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -183,8 +198,8 @@ def download(
 
 @app.command()
 def share(
-    name: Annotated[str, typer.Argument(metavar="NAME")],
-    tenant: Annotated[str, typer.Argument(metavar="TENANT", help="The tenant to share with")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A model of your tenant.")],
+    tenant: Annotated[str, typer.Argument(metavar="TENANT", help="The tenant to share with.")],
     stop: Annotated[bool, typer.Option("--stop", help="Stop sharing (unshare).")] = False,
 ) -> None:
     """Let TENANT read model NAME and start trainings from it (tenant admins)."""
@@ -197,8 +212,10 @@ def share(
 
 @app.command()
 def unshare(
-    name: Annotated[str, typer.Argument(metavar="NAME")],
-    tenant: Annotated[str, typer.Argument(metavar="TENANT")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A model of your tenant.")],
+    tenant: Annotated[
+        str, typer.Argument(metavar="TENANT", help="The tenant to stop sharing with.")
+    ],
 ) -> None:
     """Stop sharing model NAME with TENANT."""
     share(name, tenant, stop=True)
@@ -206,10 +223,17 @@ def unshare(
 
 @app.command()
 def suggest(
-    task: Annotated[str, typer.Option("--task")] = "image-classification",
-    input_shape: Annotated[str, typer.Option("--input", help="CxHxW, e.g. 1x28x28")] = "1x28x28",
-    classes: Annotated[int, typer.Option("--classes", min=1, max=1_000_000)] = 10,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=100)] = 10,
+    task: Annotated[
+        str,
+        typer.Option("--task", help="What the model does; the zoo serves image-classification."),
+    ] = "image-classification",
+    input_shape: Annotated[
+        str, typer.Option("--input", help="One input's shape, CxHxW, e.g. 1x28x28.")
+    ] = "1x28x28",
+    classes: Annotated[
+        int, typer.Option("--classes", min=1, max=1_000_000, help="Number of classes.")
+    ] = 10,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=100, help="Models listed.")] = 10,
     offline: Annotated[bool, typer.Option("--offline", help="The zoo only (no server).")] = False,
 ) -> None:
     """Rank registered and zoo models by fit: input shape, classes, accuracy, size."""
@@ -249,7 +273,7 @@ def suggest(
 
 @app.command()
 def export(
-    ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]")],
+    ref: RefArg,
     fmt: Annotated[str, typer.Option("--format", help="onnx | torchscript")] = "onnx",
     output: Annotated[
         Path | None,
@@ -292,22 +316,49 @@ def export(
 
 
 def compress(
-    ref: Annotated[str, typer.Argument(metavar="MODEL[:VERSION]")],
-    prune: Annotated[float, typer.Option("--prune", min=0.0, max=0.95)] = 0.5,
-    structured: Annotated[bool, typer.Option("--structured")] = False,
+    ref: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODEL[:VERSION]",
+            help="The model to compress: NAME, NAME:VERSION or TENANT/NAME:VERSION.",
+        ),
+    ],
+    prune: Annotated[
+        float,
+        typer.Option("--prune", min=0.0, max=0.95, help="Fraction of the weights set to zero."),
+    ] = 0.5,
+    structured: Annotated[
+        bool, typer.Option("--structured", help="Prune whole output channels, not weights.")
+    ] = False,
     quantize: Annotated[str, typer.Option("--quantize", help="int8 | none")] = "int8",
-    finetune_epochs: Annotated[int, typer.Option("--finetune-epochs", min=0, max=100)] = 1,
-    data: Annotated[str, typer.Option("--data", help="mnist | digits | auto")] = "auto",
+    finetune_epochs: Annotated[
+        int,
+        typer.Option("--finetune-epochs", min=0, max=100, help="Epochs of training after pruning."),
+    ] = 1,
+    data: Annotated[
+        str,
+        typer.Option(
+            "--data", help="A trainhub.data dataset, or auto: mnist, or digits for 1x8x8 inputs."
+        ),
+    ] = "auto",
     name: Annotated[
         str | None, typer.Option("--name", help="Register as; default: MODEL's next version")
     ] = None,
-    wait: Annotated[bool, typer.Option("--wait/--no-wait")] = True,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait/--no-wait", help="Wait for the job and register its result."),
+    ] = True,
     tenant: TenantOpt = None,
 ) -> None:
     """Prune and quantize a registered model as a job on the cluster, then register the result
     as a new version with its size, accuracy and latency."""
     if quantize not in ("int8", "none"):
         raise fail(f"--quantize {quantize!r}: use int8 or none", code=EXIT_INVALID_INPUT)
+    from trainhub.data import available
+
+    if data not in ("auto", *available()):
+        names = ", ".join(("auto", *available()))
+        raise fail(f"--data {data!r}: use one of {names}", code=EXIT_INVALID_INPUT)
     with connect() as client:
         version = _version_of(client, ref, tenant)
         arch = version["arch"]
