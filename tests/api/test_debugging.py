@@ -157,6 +157,25 @@ def test_clone_refuses_relabels_of_untracked_samples_or_to_unknown_classes(bapi:
     assert r.status_code == 201, r.text
 
 
+def test_request_errors_name_the_choices_and_say_what_to_do(bapi: Api) -> None:
+    r = bapi.client.get("/api/v1/trials/1/debug?score=x", headers=bapi.headers())
+    assert r.status_code == 422
+    assert r.json()["errors"] == [
+        {
+            "path": "score",
+            "message": "'x' is not allowed; use 'aum', 'confidence', 'forgetting' or 'combined'",
+            "hint": "",
+        }
+    ]
+    r = bapi.client.post("/api/v1/models", json={"name": "bad name!"}, headers=bapi.headers())
+    assert r.status_code == 422
+    hints = {e["path"]: e["hint"] for e in r.json()["errors"]}
+    assert hints == {
+        "trial_id": "add it to the request",
+        "name": "use letters, digits, '-', '_' and '.', starting with a letter or digit",
+    }
+
+
 @pytest.mark.postgres
 def test_sample_store_on_every_database(db_url: str, tmp_path: Path) -> None:
     api = build_api(db_url, tmp_path)
