@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from trainhub.core import limits
+from trainhub.core.distill_spec import parse_teacher
 from trainhub.core.errors import (
     Conflict,
     FieldError,
@@ -336,9 +337,11 @@ class RegistryService:
     def pin_init_from(
         self, principal: Principal, tenant: str, spec: ExperimentSpec
     ) -> ExperimentSpec:
-        """Check the spec's ``model.init_from`` for a submission into ``tenant`` and pin a
-        name to its latest version (``TENANT/NAME:VERSION``); 422 with the field's path when
-        the model or trial does not exist or ``tenant`` may not read it."""
+        """Check the spec's ``model.init_from`` (and a registered model as ``distill.teacher``)
+        for a submission into ``tenant`` and pin a name to its latest version
+        (``TENANT/NAME:VERSION``); 422 with the field's path when the model or trial does not
+        exist or ``tenant`` may not read it."""
+        spec = self._pin_teacher(tenant, spec)
         ref = spec.model.ref
         if ref is None:
             return spec
@@ -354,6 +357,45 @@ class RegistryService:
             ) from None
         pinned = spec.model.model_copy(update={"init_from": version.ref})
         return spec.model_copy(update={"model": pinned})
+
+    def _pin_teacher(self, tenant: str, spec: ExperimentSpec) -> ExperimentSpec:
+        """``distill.teacher`` naming a registered model: checked and pinned as ``init_from``
+        is (a ``trial:ID`` teacher is checked by service/teachers.py)."""
+        ref = _teacher_model(spec)
+        if ref is None or spec.distill is None:
+            return spec
+        try:
+            model = self._find(ref, [tenant], f" or is not shared with tenant {tenant!r}")
+            version = self._version(model, ref.version)
+        except (NotFound, InvalidRequest) as exc:
+            raise InvalidSpec(
+                [FieldError("distill.teacher", exc.message, exc.hint or "see `trainhub models ls`")]
+            ) from None
+        pinned = spec.distill.model_copy(update={"teacher": version.ref})
+        return spec.model_copy(update={"distill": pinned})
+
+    def teacher_weights(
+        self, principal: Principal, trial_id: int
+    ) -> tuple[int, Iterator[bytes]] | None:
+        """The weights of the registered model trial ``trial_id`` distils from, for its own
+        runtime (or a reader of its tenant); None when its teacher is no registered model."""
+        with self.uow() as repo:
+            trial = repo.get_trial(trial_id)
+            if trial is None:
+                raise NotFound(f"trial {trial_id} does not exist")
+            check_trial_scope(principal, trial_id, trial.tenant, write=False)
+            spec = ExperimentSpec.model_validate(repo.experiment_of(trial_id).spec)
+        ref = _teacher_model(spec)
+        if ref is None:
+            return None
+        try:
+            model = self._find(
+                ref, [trial.tenant], f" or is no longer shared with {trial.tenant!r}"
+            )
+            version = self._version(model, ref.version)
+        except InvalidSpec as exc:
+            raise NotFound(exc.errors[0].message) from None
+        return version.size_bytes, self.store.iter_chunks(version.storage_key)
 
     def _trial_source(self, trial_id: int, tenant: str, principal: Principal | None) -> Checkpoint:
         def refuse(message: str, hint: str = "") -> InvalidSpec:
@@ -400,6 +442,16 @@ class RegistryService:
         except InvalidSpec as exc:
             raise NotFound(exc.errors[0].message) from None
         return version.size_bytes, self.store.iter_chunks(version.storage_key)
+
+
+def _teacher_model(spec: ExperimentSpec) -> ModelRef | None:
+    """The registered model ``distill.teacher`` names; None for none or a trial."""
+    if spec.distill is None:
+        return None
+    teacher = parse_teacher(spec.distill.teacher)
+    if teacher.kind != "model":
+        return None
+    return ModelRef(name=teacher.name, version=teacher.version, tenant=teacher.tenant)
 
 
 def _ref(name: str, tenant: str | None) -> ModelRef:

@@ -233,8 +233,10 @@ def download_checkpoint(
 def teacher_weights(
     services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
 ) -> Response:
-    """The weights of the teacher the trial's spec distils from (``distill.teacher``)."""
-    size, chunks = services.tracking.teacher_chunks(principal, trial_id)
+    """The weights of the teacher the trial's spec distils from (``distill.teacher``): a
+    registered model's version, or a trial's latest checkpoint."""
+    registered = services.models.teacher_weights(principal, trial_id) if services.models else None
+    size, chunks = registered or services.tracking.teacher_chunks(principal, trial_id)
     return StreamingResponse(
         iterate_in_threadpool(chunks),
         media_type="application/octet-stream",
