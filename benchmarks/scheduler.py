@@ -31,6 +31,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from trainhub.core.gcpause import collection_paused
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.scheduling import (
     POLICY_NAMES,
@@ -183,8 +184,10 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
             active[at] = replace(active[at], trial_id=next_id, tenant=rng.choice(tenants))
             next_id += 1
         t0, c0 = time.perf_counter(), time.process_time()
-        snap = builder.build(100_000.0, [*waiting, *active], node_facts, shares, usage)
-        split_decisions(policy.decide(snap))
+        # as the control loop does: no cyclic collection inside the build and the decision
+        with collection_paused():
+            snap = builder.build(100_000.0, [*waiting, *active], node_facts, shares, usage)
+            split_decisions(policy.decide(snap))
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     times.sort()

@@ -125,6 +125,7 @@ def main() -> None:
             with timer.phase("optimizer"):
                 ctx.step(optimizer)
             timer.end_step(num_samples=len(labels))
+            ctx.profile_step()  # `trainhub profile TRIAL` profiles the steps that follow
             loss_sum += torch.tensor([loss.item() * len(labels), len(labels)])
         if ctx.world_size > 1:
             dist.all_reduce(loss_sum)  # the loss over all ranks' samples, not just rank 0's

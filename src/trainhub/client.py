@@ -640,6 +640,21 @@ class TrainhubClient:
         result: JSON = self._json("POST", f"/nodes/{node}/{action}", json={"reason": reason})
         return result
 
+    def request_profile(self, trial_id: int, steps: int = 20) -> JSON:
+        """Profile a running trial's next ``steps`` steps on every rank (torch.profiler)."""
+        result: JSON = self._json("POST", f"/trials/{trial_id}/profiles", json={"steps": steps})
+        return result
+
+    def get_profile(self, trial_id: int, profile_id: int) -> JSON:
+        """A profile: ``state`` and, per rank, ``top_ops`` (operators by self time)."""
+        result: JSON = self._json("GET", f"/trials/{trial_id}/profiles/{profile_id}")
+        return result
+
+    def profile_trace(self, trial_id: int, profile_id: int, rank: int) -> bytes:
+        """One rank's gzip-compressed Chrome trace (opens in https://ui.perfetto.dev)."""
+        path = f"/trials/{trial_id}/profiles/{profile_id}/ranks/{rank}/trace"
+        return self._request("GET", path, timeout=self.timeout_s * 4).content
+
     def usage_csv(self, since: float | None = None, until: float | None = None) -> str:
         """The same usage rows as CSV text: ``day,tenant,user,project,slot_hours``."""
         params = {**_period(since, until), "format": "csv"}

@@ -23,6 +23,7 @@ from trainhub.service.control_loop import ControlLoop, LoopConfig
 from trainhub.service.debugging import DebugService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
+from trainhub.service.profiling import ProfilingService
 from trainhub.service.registry import RegistryService
 from trainhub.service.search import SearchService
 from trainhub.service.steering import SteeringService
@@ -59,6 +60,10 @@ class Settings:
     sandbox: str = "auto"  # auto | bwrap | none: how rank processes are isolated (sandbox.py)
     data_dir: Path | None = None  # datasets every trial may read (TRAINHUB_DATA_DIR, read-only)
     monitor_interval_s: float = 5.0  # node agents sample this often; 0 turns monitoring off
+    # how long a stopping trial (pruned, paused, preempted, canceled) may take to see
+    # should_stop() and exit before its ranks get SIGTERM (a plain script never asks: it waits
+    # all of it)
+    stop_wait_s: float = LoopConfig.stop_wait_s
 
     @property
     def database_url(self) -> str:
@@ -147,8 +152,12 @@ def make_private(settings: Settings) -> None:
                 os.chmod(f"{path}{suffix}", 0o600)
 
 
+SHUTDOWN_GRACE_S = 10
+
+
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+    from trainhub.adapters.db.profile_store import SqlProfileStore
     from trainhub.adapters.db.registry_store import SqlModelStore
     from trainhub.adapters.db.sample_store import SqlSampleStore
     from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
@@ -186,7 +195,11 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         denied=tuple(str(p) for p in denied),
     )
     clock = system_clock
-    config = LoopConfig(settings.api_url, usage_half_life_s=settings.usage_half_life_s)
+    config = LoopConfig(
+        settings.api_url,
+        usage_half_life_s=settings.usage_half_life_s,
+        stop_wait_s=settings.stop_wait_s,
+    )
     search_uow = SqlSearchUnitOfWork(engine)
     backend = OptunaSearch.for_database(settings.database_url)
     search = SearchService(search_uow, backend, store, clock)
@@ -231,6 +244,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         debugging=DebugService(
             uow, SqlSampleStore(engine), clock, DatasetGallery(settings.data_dir)
         ),
+        profiling=ProfilingService(uow, SqlProfileStore(engine), store, clock),
     )
     bootstrap = admin.bootstrap()
     return ControlPlane(
@@ -278,7 +292,15 @@ def serve(settings: Settings) -> None:
     plane.loop_thread.start()
     app = create_app(plane.services)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+        # the dashboard's live streams never end by themselves: a stop waits this long for
+        # requests in flight, then closes them (browsers reconnect to the next start)
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        )
     finally:
         plane.loop_thread.stop()
         with contextlib.suppress(OSError):

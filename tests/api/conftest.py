@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from tests.fixtures.api import Api, serve
 from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from trainhub.adapters.db.profile_store import SqlProfileStore
 from trainhub.adapters.db.registry_store import SqlModelStore
 from trainhub.adapters.db.sample_store import SqlSampleStore
 from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
@@ -27,6 +28,7 @@ from trainhub.service.container import Services
 from trainhub.service.debugging import DebugService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService, NodeInventory, NodeSample
+from trainhub.service.profiling import ProfilingService
 from trainhub.service.registry import RegistryService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
@@ -88,6 +90,7 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
         models=registry,
         # and the debugging routes (sample records, reports, image grids)
         debugging=DebugService(uow, SqlSampleStore(engine), system_clock, DatasetGallery()),
+        profiling=ProfilingService(uow, SqlProfileStore(engine), store, system_clock),
         tracking=TrackingService(uow, store, system_clock),
         admin=admin,
         usage=UsageService(uow, system_clock),

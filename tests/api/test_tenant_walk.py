@@ -56,6 +56,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         token_id = api.client.get("/api/v1/tokens", headers=api.headers(alice)).json()["data"][0][
             "id"
         ]
+        profile = api.client.post(
+            f"/api/v1/trials/{trial_id}/profiles", json={"steps": 5}, headers=api.headers(alice)
+        )
+        assert profile.status_code == 201, profile.text
+        profile_id = profile.json()["id"]
         outsiders = {
             role: api.headers(api.user(f"b-{role}", "speech", role))
             for role in ("admin", "member", "viewer")
@@ -75,6 +80,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "action": "drain",
             "model": "a-model",
             "version": 1,
+            "profile_id": profile_id,
+            "rank": 0,
         }
         yield World(api, ids, outsiders)
     api.services.uow.engine.dispose()  # type: ignore[attr-defined]
@@ -119,6 +126,13 @@ _BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("PATCH", "/api/v1/experiments/{experiment_id}/search"): {"json": {"max_trials": 64}},
     ("POST", "/api/v1/experiments/{experiment_id}/clone"): {"json": {"set": {"lr": 0.5}}},
     ("POST", "/api/v1/trials/{trial_id}/clone"): {"json": {"set": {"lr": 0.5}}},
+    ("POST", "/api/v1/trials/{trial_id}/profiles"): {"json": {"steps": 5}},
+    ("POST", "/api/v1/trials/{trial_id}/profiles/{profile_id}/ranks/{rank}"): {
+        "json": {"top_ops": [{"name": "planted", "calls": 1}]}
+    },
+    ("PUT", "/api/v1/trials/{trial_id}/profiles/{profile_id}/ranks/{rank}/trace"): {
+        "content": b"planted"
+    },
     ("POST", "/api/v1/experiments/{experiment_id}/template"): {"json": {"name": "stolen"}},
     ("POST", "/api/v1/templates/{name}/submit"): {"json": {"tenant": "vision"}},
     # tenant A's trial is the first one: registering it into a model is refused to outsiders

@@ -225,6 +225,29 @@ def test_pausing_a_search_stops_new_trials_until_resumed(rig: Rig) -> None:
     assert len(trials_of(rig, experiment_id)) == 5
 
 
+def test_a_trial_that_trained_its_whole_budget_is_not_pruned(rig: Rig) -> None:
+    """Found end to end: a trial whose last report (step 9 of 9) came after a better trial's
+    ended PRUNED at the budget's rung although it had nothing left to train."""
+    spec = ASHA.replace(
+        "max_trials: 12, max_concurrent_trials: 3", "max_trials: 2, max_concurrent_trials: 2"
+    )
+    experiment_id = rig.experiments.submit(rig.admin, spec, None, None).experiment.id
+    rig.tick()
+    rig.tick()
+    good, bad = sorted(rig.executor.running())
+    for trial_id, quality in ((good, 0.9), (bad, 0.1)):
+        points = [(step, {"acc": quality * (1 - 0.5**step)}) for step in range(1, 10)]
+        rig.tracking.record_metrics(rig.admin, trial_id, 1, points)
+        rig.tick()
+    assert rig.tracking.signals(rig.admin, bad) == (False, None)
+    rig.executor.exit(good)
+    rig.executor.exit(bad)
+    for _ in range(3):
+        rig.tick()
+    states = {t.id: t.state for t in trials_of(rig, experiment_id)}
+    assert states == {good: TrialState.COMPLETED, bad: TrialState.COMPLETED}
+
+
 PBT = """
 name: pbt
 entrypoint: python -m train

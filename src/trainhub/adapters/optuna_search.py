@@ -28,6 +28,7 @@ from optuna.distributions import CategoricalChoiceType
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import make_url
 
+from trainhub.adapters import optuna_speedups
 from trainhub.adapters.db.engine import normalize_url
 from trainhub.core.search_space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
 from trainhub.service.search_ports import AskedTrial, StudyConfig, TellState
@@ -177,6 +178,7 @@ class OptunaSearch:
         self._trials: dict[int, optuna.Trial] = {}
         self._lock = threading.Lock()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        optuna_speedups.install()  # TPE's log-CDF in C: about 2.5x less CPU an ask
 
     @classmethod
     def for_database(cls, db_url: str) -> OptunaSearch:

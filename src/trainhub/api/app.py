@@ -18,6 +18,7 @@ from trainhub.api.routes import (
     experiments,
     models,
     monitoring,
+    profiles,
     scheduling,
     search,
     trials,
@@ -28,6 +29,7 @@ from trainhub.service.monitoring import MonitoringService
 from trainhub.web.routes import mount_ui
 
 _CHECKPOINT_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/checkpoints/?$")
+_TRACE_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/profiles/[^/]+/ranks/[^/]+/trace/?$")
 # multipart framing around the archive and the spec
 _FORM_OVERHEAD_BYTES = 1024 * 1024
 
@@ -38,6 +40,8 @@ def body_limit(services: Services, method: str, path: str) -> int | None:
         return None  # bounded by the tenant's storage quotas, before the body is read
     if method == "POST" and path.rstrip("/") in ("/api/v1/experiments", "/api/v1/templates"):
         return services.experiments.max_context_bytes + limits.MAX_SPEC_BYTES + _FORM_OVERHEAD_BYTES
+    if method == "PUT" and _TRACE_UPLOAD.match(path):
+        return limits.MAX_PROFILE_TRACE_BYTES
     if method == "POST" and path.endswith("/metrics"):
         return limits.MAX_METRICS_BODY_BYTES
     return limits.MAX_JSON_BODY_BYTES
@@ -85,6 +89,8 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api.include_router(monitoring.router)
     api.include_router(models.router)
     api.include_router(models.weights_router)
+
+    api.include_router(profiles.router)
     app.include_router(api)
     app.include_router(monitoring.metrics_router)
     if services.monitoring is not None:

@@ -16,7 +16,17 @@ from typing import Annotated
 
 import typer
 
-from trainhub.cli import admin, auth, debugging, experiments, models, nodes, scheduling, search
+from trainhub.cli import (
+    admin,
+    auth,
+    debugging,
+    experiments,
+    models,
+    nodes,
+    profile,
+    scheduling,
+    search,
+)
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 from trainhub.core.scheduling.fair_config import FairShareConfig
 
@@ -47,6 +57,7 @@ app.command(rich_help_panel="Experiments")(experiments.show)
 app.command(rich_help_panel="Experiments")(experiments.logs)
 app.command(rich_help_panel="Experiments")(experiments.metrics)
 app.command(rich_help_panel="Experiments")(experiments.cancel)
+app.command(rich_help_panel="Experiments")(profile.profile)
 app.command(rich_help_panel="Search and steering")(search.trials)
 app.command(rich_help_panel="Search and steering")(search.pause)
 app.command(rich_help_panel="Search and steering")(search.resume)

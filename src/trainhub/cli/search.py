@@ -152,22 +152,17 @@ def kill(
 
 def parse_changes(pairs: list[str]) -> dict[str, Any]:
     """``lr=0.01`` -> {"lr": 0.01}; values are YAML (numbers, strings, {type: float, ...})."""
-    import yaml
+    from trainhub.core.errors import InvalidRequest
+    from trainhub.core.spec_changes import parse_changes as parse
 
-    changes: dict[str, Any] = {}
-    for pair in pairs:
-        path, sep, raw = pair.partition("=")
-        if not sep or not path.strip():
-            raise fail(
-                f"--set {pair!r} is not PATH=VALUE",
-                "e.g. --set lr=0.01 --set searcher.max_trials=64",
-                code=EXIT_INVALID_INPUT,
-            )
-        try:
-            changes[path.strip()] = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            changes[path.strip()] = raw
-    return changes
+    try:
+        return parse(pairs)
+    except InvalidRequest as exc:
+        raise fail(
+            f"--set {exc.message}",
+            "e.g. --set lr=0.01 --set searcher.max_trials=64",
+            code=EXIT_INVALID_INPUT,
+        ) from None
 
 
 def clone(

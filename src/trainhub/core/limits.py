@@ -30,6 +30,7 @@ MAX_ENV_VARIABLES = 256
 MAX_ENV_NAME_CHARS = 256
 MAX_ENV_VALUE_CHARS = 32 * 1024
 MAX_HYPERPARAMETERS = 1000
+MAX_SPEC_CHANGES = 100  # PATH=VALUE changes of one clone
 MAX_NODE_LABELS = 64
 MAX_LABEL_CHARS = 256
 MIN_CPUS_PER_WORKER = 0.01  # Ray accounts resources in 1/10,000ths; below 0.01 is a typo
@@ -65,6 +66,21 @@ MAX_METRICS_BODY_BYTES = 1024 * 1024  # the runtime splits its batches to stay u
 DEFAULT_MAX_CHECKPOINT_BYTES = 16 * 1024**3
 DEFAULT_MAX_TRIAL_STORAGE_BYTES = 64 * 1024**3
 DEFAULT_MAX_TENANT_STORAGE_BYTES = 1024**4
+
+# the dashboard's live updates (server-sent events): streams open at once per browser session
+# and in all, how long one stream lasts before the browser reconnects (each reconnect checks
+# the session again), and a comment line sent at least this often so proxies keep it open
+MAX_LIVE_STREAMS_PER_SESSION = 6
+MAX_LIVE_STREAMS = 200
+LIVE_STREAM_MAX_S = 300.0
+LIVE_HEARTBEAT_S = 15.0
+
+# profiling a running trial (trainhub profile): steps per request, the operators kept per rank,
+# and one rank's trace file (gzip-compressed Chrome trace JSON)
+MAX_PROFILE_STEPS = 500
+MAX_PROFILE_OPS = 50
+MAX_PROFILE_OP_NAME_CHARS = 512
+MAX_PROFILE_TRACE_BYTES = 64 * 1024 * 1024
 
 # failed authentication: this many per client address in a window, then 429 until it ends
 MAX_FAILED_AUTH_PER_WINDOW = 20

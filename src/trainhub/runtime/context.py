@@ -829,6 +829,22 @@ class Context:
             spool=getattr(self, "_spool_dir", None),
         )
 
+    # --- profiling (trainhub profile; runtime/profiling.py) ---
+
+    def profile_step(self) -> None:
+        """Mark the end of one training step, on every rank, so ``trainhub profile TRIAL``
+        (or the dashboard's Profile button) can run torch.profiler over the next steps. Cheap
+        while nothing is asked (a background thread polls); standalone it does nothing."""
+        profiler = self.__dict__.get("_rank_profiler", False)
+        if profiler is False:
+            from trainhub.runtime.profiling import profiler_for
+
+            env = self._env
+            profiler = profiler_for(env.api_url, env.token, env.trial_id, env.rank, self._device)
+            self.__dict__["_rank_profiler"] = profiler
+        if profiler is not None:
+            profiler.step()
+
 
 def _as_step(step: object) -> int:
     if isinstance(step, bool) or not isinstance(step, SupportsIndex):

@@ -128,3 +128,18 @@ class CheckpointRecord(TypedDict):
 class Signals(TypedDict):
     should_stop: bool
     reason: str | None
+
+
+# --- profiling (trainhub profile): every rank polls for a request, then uploads its result ---
+ENV_PROFILE_POLL_S = "TRAINHUB_PROFILE_POLL_S"  # how often each rank asks; default 5
+
+
+def profile_pending_path(trial_id: int) -> str:
+    """GET ``{"profile": {"id", "steps", "attempt", ...} | null}``: the profile to run."""
+    return f"{API_PREFIX}/trials/{trial_id}/profiles/pending"
+
+
+def profile_rank_path(trial_id: int, profile_id: int, rank: int) -> str:
+    """POST ``{"top_ops": [{"name", "calls", "self_cpu_ms", ...}]}``: one rank's table; then
+    PUT ``.../trace`` with the gzip-compressed Chrome trace as the raw body."""
+    return f"{API_PREFIX}/trials/{trial_id}/profiles/{profile_id}/ranks/{rank}"

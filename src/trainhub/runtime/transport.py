@@ -161,6 +161,35 @@ class ControlPlaneClient:
             "reason": None if reason is None else str(reason),
         }
 
+    def get_pending_profile(self, budget_s: float | None = None) -> dict[str, Any] | None:
+        """The open profile request of this trial (id, steps, attempt), or None."""
+        response = _send(
+            lambda: self._http.get(
+                protocol.profile_pending_path(self._trial_id), timeout=self._timeout(budget_s)
+            )
+        )
+        _check(response, "GET pending profile")
+        data = _json(response, "GET pending profile")
+        found = data.get("profile") if isinstance(data, dict) else None
+        return found if isinstance(found, dict) else None
+
+    def upload_profile(
+        self, profile_id: int, rank: int, top_ops: list[dict[str, Any]], trace_gz: bytes
+    ) -> None:
+        """One rank's top operators, then its gzip-compressed Chrome trace."""
+        path = protocol.profile_rank_path(self._trial_id, profile_id, rank)
+        response = _send(lambda: self._http.post(path, json={"top_ops": top_ops}))
+        _check(response, "POST profile table")
+        response = _send(
+            lambda: self._http.put(
+                f"{path}/trace",
+                content=trace_gz,
+                headers={"Content-Type": "application/octet-stream"},
+                timeout=max(self._timeout_s, 60.0),
+            )
+        )
+        _check(response, "PUT profile trace")
+
 
 def _file_chunks(path: Path) -> Iterator[bytes]:
     with path.open("rb") as f:

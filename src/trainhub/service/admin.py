@@ -214,6 +214,15 @@ class AdminService:
         with self.uow() as repo:
             return repo.list_tokens(principal.user_id)
 
+    def list_user_tokens(self, principal: Principal, username: str) -> list[Token]:
+        """Admins: the tokens of any user (the dashboard's tokens page)."""
+        require_admin(principal)
+        with self.uow() as repo:
+            user = repo.get_user_by_name(username)
+            if user is None:
+                raise NotFound(f"user {username!r} does not exist")
+            return repo.list_tokens(user.id)
+
     def revoke_token(self, principal: Principal, token_id: int) -> None:
         require_user(principal)
         with self.uow() as repo:

@@ -12,6 +12,7 @@ from trainhub.service.debugging import DebugService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
 from trainhub.service.ports import Principal
+from trainhub.service.profiling import ProfilingService
 from trainhub.service.registry import RegistryService
 from trainhub.service.repository import UnitOfWork
 from trainhub.service.steering import SteeringService
@@ -34,6 +35,7 @@ class Services:
     monitoring: MonitoringService | None = None  # nodes, health, /metrics (api/routes/monitoring)
     models: RegistryService | None = None  # the model registry (api/routes/models)
     debugging: DebugService | None = None  # sample records, debug reports (api/routes/debugging)
+    profiling: ProfilingService | None = None  # trainhub profile (api/routes/profiles)
 
     def authenticate(self, secret: str | None) -> Principal:
         return authenticate_with(self.uow, self.clock, secret)

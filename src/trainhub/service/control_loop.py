@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainhub.core.fairshare import DecayedUsage
+from trainhub.core.gcpause import collection_paused
 from trainhub.core.resources import ResourceRequest
 from trainhub.core.scheduling import BasePolicy, Pending, Preempt, Start
 from trainhub.core.spec import ExperimentSpec
@@ -379,20 +380,24 @@ class ControlLoop:
             queued = repo.trials_in_states([TrialState.QUEUED])
             active = repo.trials_in_states(ACTIVE_STATES)
             self._load_specs(repo, [*queued, *active])
-            snapshot = self.view.snapshot(
-                repo,
-                queued,
-                active,
-                self._specs,
-                self.executor.cluster_nodes,
-                now,
-                self.monitoring.node_overlay() if self.monitoring is not None else None,
-            )
+            # no cyclic collection while the snapshot is built and decided on: its garbage
+            # is collected after the decision, not in the middle of it (core.gcpause)
+            with collection_paused():
+                snapshot = self.view.snapshot(
+                    repo,
+                    queued,
+                    active,
+                    self._specs,
+                    self.executor.cluster_nodes,
+                    now,
+                    self.monitoring.node_overlay() if self.monitoring is not None else None,
+                )
         if snapshot is None:
             return
         by_id = {t.id: t for t in queued}
         started_at = time.perf_counter()
-        decisions = list(self.policy.decide(snapshot))
+        with collection_paused():
+            decisions = list(self.policy.decide(snapshot))
         if self.monitoring is not None:
             self.monitoring.observe_decision(time.perf_counter() - started_at)
         # preempt first: the victims' checkpoints start while the rest is carried out

@@ -157,6 +157,19 @@ class MetricPoint:
 
 
 @dataclass(frozen=True)
+class MetricChunk:
+    """One metric's points from one ingested batch, packed: ``steps`` little-endian int64,
+    ``values`` little-endian float64, ``num_points`` of each. Chunks in ingestion order; a
+    later chunk's value of a step replaces an earlier one's."""
+
+    name: str
+    attempt: int
+    num_points: int
+    steps: bytes
+    values: bytes
+
+
+@dataclass(frozen=True)
 class TrialEvent:
     time: float
     kind: str

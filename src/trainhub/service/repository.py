@@ -30,6 +30,7 @@ from trainhub.service.records import (
     Experiment,
     FinishedRun,
     LayerAlertRecord,
+    MetricChunk,
     MetricPoint,
     RecordedTrial,
     Tenant,
@@ -187,6 +188,13 @@ class MetricStore(Protocol):
     def list_metrics(
         self, trial_id: int, after_step: int | None = None, limit: int = 10_000
     ) -> list[MetricPoint]: ...
+    def list_metric_chunks(self, trial_id: int) -> list[MetricChunk]:
+        """Every metric's points as packed chunks, in ingestion order (charts' first read)."""
+        ...
+
+    def count_metrics(self, trial_id: int) -> int:
+        """Rows (steps) of the trial's metrics."""
+        ...
 
 
 class CheckpointStore(Protocol):

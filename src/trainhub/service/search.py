@@ -241,8 +241,12 @@ class SearchService:
                     best = value
             last_step, last_value = points[-1]
             stop: str | None = None
+            # a trial that trained its whole budget has nothing left to save: it completes
+            # (Optuna's successive halving has a rung at the budget's maximum and would prune it)
+            done = study.max_budget is not None and last_step >= study.max_budget
             if (
                 prunes
+                and not done
                 and link.backend_id is not None
                 and trial.state == TrialState.RUNNING
                 and not trial.cancel_requested

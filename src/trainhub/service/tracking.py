@@ -29,6 +29,7 @@ from trainhub.service.records import (
     KEEP,
     Checkpoint,
     LayerAlertRecord,
+    MetricChunk,
     MetricPoint,
     Tenant,
     Trial,
@@ -298,6 +299,14 @@ class TrackingService:
         with self.uow() as repo:
             _trial_for(repo, principal, trial_id, write=False)
             return repo.list_layer_alerts(trial_id, limit)
+
+    def metric_chunks(self, principal: Principal, trial_id: int) -> tuple[list[MetricChunk], int]:
+        """Every metric's points as packed chunks, and the number of metric rows (a chart
+        reads the rows instead where the chunks do not hold them all: data reported before
+        chunks were kept)."""
+        with self.uow() as repo:
+            _trial_for(repo, principal, trial_id, write=False)
+            return repo.list_metric_chunks(trial_id), repo.count_metrics(trial_id)
 
     def begin_checkpoint(
         self,

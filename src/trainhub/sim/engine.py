@@ -13,7 +13,6 @@ restart pays ``restart_overhead_s`` before making progress again.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 import time
@@ -21,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from trainhub.core.fairshare import DecayedUsage, scaled_guarantees
-from trainhub.core.resources import can_ever_fit
+from trainhub.core.gcpause import collection_paused
+from trainhub.core.resources import ResourceRequest, can_ever_fit
 from trainhub.core.scheduling import BasePolicy, TenantShare, split_decisions
 from trainhub.core.scheduling.view import DurationEstimates, SnapshotBuilder, TrialFacts
 from trainhub.core.states import TrialState
@@ -105,13 +105,8 @@ class Simulator:
     def run(self) -> SimResult:
         wall = time.perf_counter()
         self._cpu_start = time.process_time()
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collection_paused():
             return self._run(wall)
-        finally:
-            if collecting:
-                gc.enable()
 
     def _run(self, wall: float) -> SimResult:
         cfg = self.config
@@ -132,7 +127,17 @@ class Simulator:
             for j in jobs
         }
         nodes_now = [spec.node() for spec in self.cluster.nodes]
-        rejected = [j.job_id for j in jobs if can_ever_fit(requests[j.job_id], nodes_now)]
+        # jobs share a few request shapes: one fit check per shape, not per job
+        never: dict[tuple[object, ...], bool] = {}
+        rejected = []
+        for j in jobs:
+            request = requests[j.job_id]
+            key = _request_key(request)
+            known = never.get(key)
+            if known is None:
+                known = never[key] = can_ever_fit(request, nodes_now) is not None
+            if known:
+                rejected.append(j.job_id)
         skip = set(rejected)
         arrivals = [j for j in jobs if j.job_id not in skip]
         by_id = {j.job_id: j for j in arrivals}
@@ -365,3 +370,16 @@ class Simulator:
             span_s=last - start,
             cpu_s=time.process_time() - self._cpu_start,
         )
+
+
+def _request_key(request: ResourceRequest) -> tuple[object, ...]:
+    """A hashable key of everything about a request that decides where it can fit."""
+    return (
+        request.num_workers,
+        request.gpus_per_worker,
+        request.cpus_per_worker,
+        request.placement,
+        request.single_node,
+        tuple(sorted(request.node_labels.items())),
+        request.memory_gb_per_worker,
+    )

@@ -22,9 +22,11 @@ import numpy.typing as npt
 from trainhub.core.downsample import DEFAULT_BUCKETS, minmax_downsample
 from trainhub.service.container import Services
 from trainhub.service.ports import Principal
+from trainhub.service.records import MetricChunk
 
 _READ_ROWS = 100_000
 _CACHED_TRIALS = 16
+_DRAWN_KEPT = 8  # downsampled views kept per trial (full view, zooms)
 
 
 @dataclass
@@ -34,7 +36,9 @@ class _Series:
     steps: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     values: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
     # downsampled series by bucket count, until new points arrive
-    drawn: dict[int, dict[str, Any]] = field(default_factory=dict)
+    drawn: dict[tuple[int, tuple[float, float] | None], dict[str, Any]] = field(
+        default_factory=dict
+    )
 
     def extend(self, steps: list[int], rows: list[dict[str, float]]) -> None:
         new_steps = np.asarray(steps, dtype=np.float64)
@@ -51,19 +55,68 @@ class _Series:
         self.last_step = steps[-1]
         self.drawn.clear()
 
-    def downsampled(self, buckets: int) -> dict[str, Any]:
-        metrics = self.drawn.get(buckets)
+    def load(
+        self, steps: npt.NDArray[np.float64], values: dict[str, npt.NDArray[np.float64]]
+    ) -> None:
+        self.steps, self.values = steps, values
+        self.last_step = int(steps[-1]) if steps.size else None
+        self.drawn.clear()
+
+    def downsampled(
+        self, buckets: int, x_range: tuple[float, float] | None = None
+    ) -> dict[str, Any]:
+        """Each metric downsampled to ``buckets``; within ``x_range`` (a zoom) when given,
+        with the points just outside it, so the lines reach the chart's edges."""
+        key = (buckets, x_range)
+        metrics = self.drawn.get(key)
         if metrics is None:
+            lo, hi = 0, self.steps.size
+            if x_range is not None:
+                lo = max(0, int(np.searchsorted(self.steps, x_range[0], "left")) - 1)
+                hi = min(self.steps.size, int(np.searchsorted(self.steps, x_range[1], "right")) + 1)
+            steps = self.steps[lo:hi]
             metrics = {}
-            for name, values in sorted(self.values.items()):
+            for name, all_values in sorted(self.values.items()):
+                values = all_values[lo:hi]
                 present = ~np.isnan(values)
                 if present.all():
-                    xs, ys = minmax_downsample(self.steps, values, buckets)
+                    xs, ys = minmax_downsample(steps, values, buckets)
                 else:
-                    xs, ys = minmax_downsample(self.steps[present], values[present], buckets)
+                    xs, ys = minmax_downsample(steps[present], values[present], buckets)
                 metrics[name] = {"x": xs.tolist(), "y": ys.tolist()}
-            self.drawn[buckets] = metrics
+            if x_range is not None and len(self.drawn) >= _DRAWN_KEPT:
+                self.drawn.clear()  # zooms come and go: keep a few
+            self.drawn[key] = metrics
         return metrics
+
+
+def unpack_chunks(
+    chunks: list[MetricChunk],
+) -> tuple[npt.NDArray[np.float64], dict[str, npt.NDArray[np.float64]]]:
+    """(sorted distinct steps, {name: values aligned to them, NaN where absent}) from packed
+    chunks, as the metric rows hold them: a later chunk's value of a step replaces an earlier
+    one's, and a step reported by a later attempt keeps only that attempt's values."""
+    if not chunks:
+        return np.zeros(0), {}
+    all_steps = np.concatenate(
+        [np.frombuffer(c.steps, dtype="<i8", count=c.num_points) for c in chunks]
+    )
+    steps, where = np.unique(all_steps, return_inverse=True)
+    newest = np.full(steps.size, -1, dtype=np.int64)  # the latest attempt that reported a step
+    np.maximum.at(
+        newest, where, np.repeat([c.attempt for c in chunks], [c.num_points for c in chunks])
+    )
+    values: dict[str, npt.NDArray[np.float64]] = {}
+    offset = 0
+    for chunk in chunks:
+        index = where[offset : offset + chunk.num_points]
+        offset += chunk.num_points
+        column = values.get(chunk.name)
+        if column is None:
+            column = values[chunk.name] = np.full(steps.size, math.nan)
+        keep = newest[index] == chunk.attempt
+        column[index[keep]] = np.frombuffer(chunk.values, dtype="<f8", count=chunk.num_points)[keep]
+    return steps.astype(np.float64), values
 
 
 class ChartCache:
@@ -82,6 +135,12 @@ class ChartCache:
             self._series.move_to_end(trial_id)
             while len(self._series) > self.max_trials:
                 self._series.popitem(last=False)
+            if series.last_step is None:  # a first read: the packed chunks, if complete
+                chunks, rows = self.services.tracking.metric_chunks(principal, trial_id)
+                if rows and chunks:
+                    steps, values = unpack_chunks(chunks)
+                    if steps.size == rows:
+                        series.load(steps, values)
             while True:
                 # checks the caller may read the trial, every time
                 points = self.services.tracking.list_metrics(
@@ -94,9 +153,18 @@ class ChartCache:
                     return series
 
     def chart(
-        self, principal: Principal, trial_id: int, attempts: int, buckets: int = DEFAULT_BUCKETS
+        self,
+        principal: Principal,
+        trial_id: int,
+        attempts: int,
+        buckets: int = DEFAULT_BUCKETS,
+        x_range: tuple[float, float] | None = None,
     ) -> dict[str, Any]:
-        """{"points": n, "metrics": {name: {"x": [...], "y": [...]}}}, each downsampled."""
+        """{"points": n, "metrics": {name: {"x": [...], "y": [...]}}}, each downsampled (within
+        ``x_range`` of steps when zoomed: the detail of that range at full resolution)."""
         series = self._refresh(principal, trial_id, attempts)
         with self._lock:
-            return {"points": int(series.steps.size), "metrics": series.downsampled(buckets)}
+            return {
+                "points": int(series.steps.size),
+                "metrics": series.downsampled(buckets, x_range),
+            }

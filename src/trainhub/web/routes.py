@@ -5,129 +5,29 @@ from __future__ import annotations
 import csv
 import io
 import secrets
-import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, FastAPI, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
-from trainhub.api.guard import FailedAuthLimiter
-from trainhub.core.errors import Conflict, NotFound, TrainhubError, Unauthenticated
+from trainhub.core.errors import Conflict, InvalidRequest, NotFound, TrainhubError, Unauthenticated
+from trainhub.core.limits import INT64_MAX
+from trainhub.core.spec_changes import parse_changes
 from trainhub.core.states import ExperimentState
 from trainhub.service.container import Services
 from trainhub.service.ports import Principal
-from trainhub.web.charts import ChartCache
-from trainhub.web.sessions import LOGIN_CSRF_COOKIE, SESSION_COOKIE, Session, Sessions
-
-PREFIX = "/ui"
-PAGE_SIZE = 50
-_HERE = Path(__file__).parent
-_T = TypeVar("_T")
-
-templates = Jinja2Templates(directory=str(_HERE / "templates"))
-
-
-def _when(ts: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else ""
-
-
-def _num(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "" if value is None else str(value)
-
-
-templates.env.filters["when"] = _when
-templates.env.filters["num"] = _num
-
-
-class _LoginNeeded(Exception):
-    pass
-
-
-class _Web:
-    """What the routes share: the services, the sessions, the chart cache."""
-
-    def __init__(self, services: Services) -> None:
-        self.services = services
-        self.sessions = Sessions()
-        self.charts = ChartCache(services)
-        self.limiter = FailedAuthLimiter()  # the API's bound on guessing tokens, here too
-
-    def session(self, request: Request) -> tuple[Session, Principal]:
-        session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
-        if session is None:
-            raise _LoginNeeded
-        try:
-            principal = self.services.authenticate(session.secret)
-        except Unauthenticated as exc:  # revoked or expired since the login
-            self.sessions.close(request.cookies.get(SESSION_COOKIE))
-            raise _LoginNeeded from exc
-        return session, principal
-
-    def page(
-        self,
-        request: Request,
-        template: str,
-        build: Callable[[Principal], dict[str, Any]],
-    ) -> Response:
-        try:
-            session, principal = self.session(request)
-        except _LoginNeeded:
-            return RedirectResponse(
-                f"{PREFIX}/login?{urlencode({'next': request.url.path})}", status_code=303
-            )
-        try:
-            context = build(principal)
-        except TrainhubError as exc:
-            return templates.TemplateResponse(
-                request,
-                "error.html",
-                {"user": principal, "csrf": session.csrf, "error": exc},
-                status_code=exc.status_code,
-            )
-        return templates.TemplateResponse(
-            request, template, {"user": principal, "csrf": session.csrf, **context}
-        )
-
-    def data(self, request: Request, build: Callable[[Principal], _T]) -> Response:
-        try:
-            _, principal = self.session(request)
-        except _LoginNeeded:
-            return JSONResponse({"code": "unauthenticated", "message": "log in"}, 401)
-        try:
-            return JSONResponse(build(principal))
-        except TrainhubError as exc:
-            return JSONResponse({"code": exc.code, "message": exc.message}, exc.status_code)
-
-    async def action(
-        self, request: Request, act: Callable[[Principal], None], back: str
-    ) -> Response:
-        """A form POST: checks the session's CSRF token, runs ``act``, redirects to ``back``."""
-        try:
-            session, principal = self.session(request)
-        except _LoginNeeded:
-            return RedirectResponse(f"{PREFIX}/login", status_code=303)
-        form = await request.form()
-        sent = form.get("csrf")
-        if not isinstance(sent, str) or not secrets.compare_digest(sent, session.csrf):
-            return HTMLResponse("the form's CSRF token is wrong: reload the page", 403)
-        try:
-            await run_in_threadpool(act, principal)
-        except TrainhubError as exc:
-            return templates.TemplateResponse(
-                request,
-                "error.html",
-                {"user": principal, "csrf": session.csrf, "error": exc},
-                status_code=exc.status_code,
-            )
-        return RedirectResponse(back, status_code=303)
+from trainhub.service.steering import SteeringService
+from trainhub.web.admin import add_admin_routes
+from trainhub.web.cluster import add_cluster_routes, trial_gpus_context
+from trainhub.web.profiles import add_profile_routes, profiles_context
+from trainhub.web.sessions import LOGIN_CSRF_COOKIE, SESSION_COOKIE
+from trainhub.web.site import HERE, PAGE_SIZE, PREFIX, LoginNeeded, Site, templates
+from trainhub.web.streams import add_live_routes
+from trainhub.web.views import experiment_context
 
 
 def _cookie_flags(request: Request) -> dict[str, Any]:
@@ -146,8 +46,16 @@ def _safe_next(target: str | None) -> str:
     return f"{PREFIX}/experiments"
 
 
+def _steering_of(services: Services) -> SteeringService:
+    if services.steering is None:
+        raise Conflict(
+            "this control plane runs without search and steering", "start it with trainhub server"
+        )
+    return services.steering
+
+
 def build_router(services: Services) -> APIRouter:
-    web = _Web(services)
+    web = Site(services)
     router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
     @router.get("", response_class=HTMLResponse)
@@ -273,24 +181,23 @@ def build_router(services: Services) -> APIRouter:
     @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
     def experiment_page(request: Request, experiment_id: int) -> Response:
         def build(principal: Principal) -> dict[str, Any]:
-            detail = services.experiments.get(principal, experiment_id)
-            metric, mode, best = None, "min", {}
-            if services.steering is not None:
-                progress = services.steering.progress(principal, experiment_id)
-                metric, mode = progress.metric, progress.mode
-                best = {r.trial.id: r.metric for r in progress.results}
-            hparam_names = sorted({k for t in detail.trials for k in t.hparams})
-            return {
-                "experiment": detail.experiment,
-                "trials": detail.trials,
-                "metric": metric,
-                "mode": mode,
-                "best": best,
-                "hparam_names": hparam_names,
-                "steerable": services.steering is not None,
-            }
+            return experiment_context(services, principal, experiment_id)
 
         return web.page(request, "experiment.html", build)
+
+    @router.post("/experiments/{experiment_id}/clone")
+    async def clone_experiment(request: Request, experiment_id: int) -> Response:
+        def act(principal: Principal, form: dict[str, str]) -> str:
+            changes = parse_changes([ln for ln in form.get("set", "").splitlines() if ln.strip()])
+            raw = form.get("from_trial", "").strip()
+            from_trial = int(raw) if raw.isdigit() and len(raw) < 19 else None
+            if raw and from_trial is None:
+                raise InvalidRequest(f"from_trial: {raw[:40]!r} is not a trial id")
+            steering = _steering_of(services)
+            detail = steering.clone_experiment(principal, experiment_id, changes, from_trial)
+            return f"{PREFIX}/experiments/{detail.experiment.id}"
+
+        return await web.action(request, act, f"{PREFIX}/experiments/{experiment_id}")
 
     @router.get("/experiments/{experiment_id}/curves.json")
     def experiment_curves(request: Request, experiment_id: int, metric: str = "") -> Response:
@@ -311,19 +218,14 @@ def build_router(services: Services) -> APIRouter:
         """``steering.<verb>_<kind>`` (e.g. ``pause_trial``), refused where search is off."""
 
         def act(principal: Principal, object_id: int) -> None:
-            if services.steering is None:
-                raise Conflict(
-                    "this control plane runs without search and steering",
-                    "start it with trainhub server",
-                )
-            getattr(services.steering, f"{verb}_{kind}")(principal, object_id)
+            getattr(_steering_of(services), f"{verb}_{kind}")(principal, object_id)
 
         return act
 
     def _steer_route(kind: str, act: Callable[[Principal, int], None]) -> Callable[..., Any]:
         async def steer(request: Request, object_id: int) -> Response:
             return await web.action(
-                request, lambda p: act(p, object_id), f"{PREFIX}/{kind}s/{object_id}"
+                request, lambda p, _: act(p, object_id), f"{PREFIX}/{kind}s/{object_id}"
             )
 
         return steer
@@ -350,6 +252,8 @@ def build_router(services: Services) -> APIRouter:
                 "events": detail.events[-50:],
                 "ranks": list(range(len(latest.placement))) if latest else [],
                 "steerable": services.steering is not None,
+                **trial_gpus_context(web, principal, trial_id),
+                **profiles_context(web, principal, trial_id),
             }
 
         return web.page(request, "trial.html", build)
@@ -359,10 +263,14 @@ def build_router(services: Services) -> APIRouter:
         request: Request,
         trial_id: int,
         buckets: Annotated[int, Query(ge=10, le=10_000)] = 2000,
+        x0: Annotated[float | None, Query(ge=-INT64_MAX, le=INT64_MAX)] = None,
+        x1: Annotated[float | None, Query(ge=-INT64_MAX, le=INT64_MAX)] = None,
     ) -> Response:
+        x_range = (x0, x1) if x0 is not None and x1 is not None and x0 < x1 else None
+
         def build(principal: Principal) -> dict[str, Any]:
             trial = services.experiments.get_trial(principal, trial_id).trial
-            chart = web.charts.chart(principal, trial_id, trial.num_attempts, buckets)
+            chart = web.charts.chart(principal, trial_id, trial.num_attempts, buckets, x_range)
             chart["state"] = trial.state.value
             return chart
 
@@ -419,7 +327,7 @@ def build_router(services: Services) -> APIRouter:
     def usage_csv(request: Request) -> Response:
         try:
             _, principal = web.session(request)
-        except _LoginNeeded:
+        except LoginNeeded:
             return RedirectResponse(f"{PREFIX}/login", status_code=303)
         report = services.usage.report(principal, None, None)
         buffer = io.StringIO()
@@ -433,10 +341,14 @@ def build_router(services: Services) -> APIRouter:
             headers={"Content-Disposition": 'attachment; filename="usage.csv"'},
         )
 
+    add_cluster_routes(router, web)
+    add_admin_routes(router, web)
+    add_live_routes(router, web)
+    add_profile_routes(router, web)
     return router
 
 
 def mount_ui(app: FastAPI, services: Services) -> None:
     """Serve the dashboard under /ui (pages) and /ui/static (our script and style)."""
     app.include_router(build_router(services))
-    app.mount(f"{PREFIX}/static", StaticFiles(directory=str(_HERE / "static")), name="ui-static")
+    app.mount(f"{PREFIX}/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")

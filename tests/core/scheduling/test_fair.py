@@ -277,7 +277,8 @@ def test_a_tenant_below_its_guarantee_may_reclaim_for_a_gang_larger_than_it_is_o
     }
     _, out = decide(queue=[queued(1, "a", gpus=4, at=1000.0)], **snap)  # type: ignore[arg-type]
     assert len(preempted(out)) == 4
-    # but never by taking b below its own guarantee: 8 GPUs cannot be found
+    # an 8-GPU gang is more than twice what a is owed (2): it may not take b below its own
+    # guarantee, and the 4 GPUs b borrows are not enough
     _, out = decide(queue=[queued(1, "a", gpus=8, at=1000.0)], **snap)  # type: ignore[arg-type]
     assert preempted(out) == set()
 
@@ -365,3 +366,67 @@ def test_tenant_limit_reason_says_cpus_for_cpu_slots() -> None:
     assert isinstance(d[1], Start)
     assert isinstance(d[2], Pending)
     assert d[2].reason.startswith("tenant quota of 4 CPUs in use")
+
+
+def _gang_cluster() -> list:
+    # b holds all 16 GPUs of two nodes, one trial per GPU
+    return [running(100 + i, "b", [f"n{i // 8}"], started_at=0.0) for i in range(16)]
+
+
+@pytest.mark.parametrize(
+    ("gang", "guarantee_a", "overshoot", "victims"),
+    [
+        # a gang larger than a's whole guarantee (6): b (guarantee 10) lends its 6 and goes
+        # 4 below its guarantee, which is what the gang goes past a's
+        (10, 6, True, 10),
+        (10, 6, False, 0),
+        # 12 on a guarantee of 4 goes 8 past it, more than a is owed (4): no preemption
+        (12, 4, True, 0),
+    ],
+)
+def test_a_gang_larger_than_its_guarantee_reclaims_past_lenders_guarantees_by_its_overshoot(
+    gang: int, guarantee_a: int, overshoot: bool, victims: int
+) -> None:
+    tenants = {
+        "a": TenantShare(guaranteed_slots=guarantee_a),
+        "b": TenantShare(guaranteed_slots=16 - guarantee_a),
+    }
+    _, out = decide(
+        FairShareConfig(gang_overshoot=overshoot),
+        nodes=[node("n0", 8, free=0), node("n1", 8, free=0)],
+        run=_gang_cluster(),
+        queue=[queued(1, "a", gpus=gang, at=1000.0)],
+        now=1000.0,
+        tenants=tenants,
+    )
+    assert len(preempted(out)) == victims
+
+
+def test_cooldown_grows_with_each_preemption_of_a_trial() -> None:
+    config = FairShareConfig(min_run_time_s=0.0, preemption_cooldown_s=1000.0, cooldown_growth=4.0)
+    run = [replace(t, num_preemptions=2) for t in borrowed_cluster(started_at=0.0)]
+    snap = snapshot(
+        nodes=[node("n", 8, free=0)],
+        run=run,
+        queue=[queued(1, "a", at=3000.0)],
+        now=3000.0,
+        tenants=GUARANTEES,
+    )
+    # preempted twice: protected 1000 s x 4 after its restart
+    assert preempted(FairSharePolicy(config).decide(snap)) == set()
+    assert len(preempted(FairSharePolicy(config).decide(replace(snap, now=4100.0)))) == 1
+
+
+def test_victims_preempted_fewest_times_go_first() -> None:
+    config = FairShareConfig(min_run_time_s=0.0, victim_fewest_preemptions=True)
+    run = [replace(t, num_preemptions=1) for t in borrowed_cluster(started_at=0.0)]
+    run[5] = replace(run[5], num_preemptions=0)
+    _, out = decide(
+        config,
+        nodes=[node("n", 8, free=0)],
+        run=run,
+        queue=[queued(1, "a", at=5000.0)],
+        now=5000.0,
+        tenants=GUARANTEES,
+    )
+    assert preempted(out) == {run[5].trial_id}

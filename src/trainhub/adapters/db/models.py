@@ -12,6 +12,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -148,6 +149,21 @@ class MetricRow(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     values: Mapped[dict[str, Any]] = mapped_column(JSON)
     reported_at: Mapped[float] = mapped_column(Float)
+
+
+class MetricChunkRow(Base):
+    """The points of one metric from one ingested batch, as packed columns (little-endian
+    int64 steps, float64 values): a chart's first read of a big trial reads a few thousand of
+    these instead of a row per step (migration 0011)."""
+
+    __tablename__ = "metric_chunks"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(128))
+    num_points: Mapped[int] = mapped_column(Integer)
+    steps: Mapped[bytes] = mapped_column(LargeBinary)
+    values: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class CheckpointRow(Base):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+import numpy as np
+import orjson
+from sqlalchemy import Engine, func, insert, select
 from sqlalchemy import update as sa_update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -18,6 +19,7 @@ from trainhub.adapters.db.models import (
     CheckpointRow,
     ExperimentRow,
     MembershipRow,
+    MetricChunkRow,
     MetricRow,
     TenantRow,
     TokenRow,
@@ -35,6 +37,7 @@ from trainhub.service.records import (
     CheckpointTimes,
     Experiment,
     FinishedRun,
+    MetricChunk,
     MetricPoint,
     RecordedTrial,
     Tenant,
@@ -66,7 +69,14 @@ _UPSERT_METRICS_POSTGRESQL = _UPSERT_METRICS.format(
     params="%s, %s, %s, %s::json, %s",
     merge='(metrics."values"::jsonb || excluded."values"::jsonb)::json',
 )
-_JSON_ENCODE = json.JSONEncoder().encode
+
+
+def _encode_values(values: dict[str, float]) -> str:
+    # orjson: ~10x faster than json for the small dicts of metric points (1,000 per batch)
+    return orjson.dumps(values).decode()
+
+
+_JSON_ENCODE = _encode_values
 
 # SQLite limits the number of bound parameters of one statement
 _CHUNK = 900
@@ -733,6 +743,45 @@ class SqlRepository(SqlLayerAlertStore):
             connection.exec_driver_sql(_UPSERT_METRICS_POSTGRESQL, rows)
         else:
             connection.exec_driver_sql(_UPSERT_METRICS_SQLITE, rows)
+        # and each metric's points as one packed chunk (what a chart's first read takes)
+        steps = np.fromiter(merged, dtype="<i8", count=len(merged))
+        names = {n for values in merged.values() for n in values}
+        chunks = []
+        for name in sorted(names):
+            present = np.fromiter((name in v for v in merged.values()), bool, len(merged))
+            column = np.fromiter(
+                (v[name] for v in merged.values() if name in v), "<f8", int(present.sum())
+            )
+            chunks.append(
+                {
+                    "trial_id": trial_id,
+                    "attempt": attempt,
+                    "name": name,
+                    "num_points": int(column.size),
+                    "steps": steps[present].tobytes(),
+                    "values": column.tobytes(),
+                }
+            )
+        if chunks:
+            self.s.execute(insert(MetricChunkRow), chunks)
+
+    def list_metric_chunks(self, trial_id: int) -> list[MetricChunk]:
+        rows = self.s.execute(
+            select(
+                MetricChunkRow.name,
+                MetricChunkRow.attempt,
+                MetricChunkRow.num_points,
+                MetricChunkRow.steps,
+                MetricChunkRow.values,
+            )
+            .where(MetricChunkRow.trial_id == trial_id)
+            .order_by(MetricChunkRow.id)
+        )
+        return [MetricChunk(n, a, k, bytes(st), bytes(v)) for n, a, k, st, v in rows]
+
+    def count_metrics(self, trial_id: int) -> int:
+        query = select(func.count()).select_from(MetricRow).where(MetricRow.trial_id == trial_id)
+        return int(self.s.execute(query).scalar_one())
 
     def list_metrics(
         self, trial_id: int, after_step: int | None = None, limit: int = 10_000

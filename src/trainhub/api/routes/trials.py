@@ -9,16 +9,17 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
+from trainhub.api.bodies import json_body, parse_json_body
 from trainhub.api.deps import CurrentPrincipal, ServicesDep
 from trainhub.api.params import Attempt, CheckpointId, Offset, Step, TrialId, errors
 from trainhub.api.schemas import (
+    METRICS_BATCH,
     CheckpointPublic,
     CheckpointsPublic,
     LayerAlertPublic,
     LayerAlertsPublic,
     LogChunkPublic,
     MetricPointPublic,
-    MetricsBatchIn,
     MetricsPublic,
     SignalsPublic,
     TrialDetailPublic,
@@ -49,19 +50,27 @@ def cancel_trial(
     return TrialPublic.of(services.experiments.cancel_trial(principal, trial_id))
 
 
-@router.post("/{trial_id}/metrics", status_code=204, responses=errors(404, 409, 411))
-def report_metrics(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId, batch: MetricsBatchIn
+@router.post(
+    "/{trial_id}/metrics",
+    status_code=204,
+    responses=errors(404, 409, 411),
+    openapi_extra=json_body(METRICS_BATCH),
+)
+async def report_metrics(
+    request: Request, services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
 ) -> Response:
     """Record metrics (the trial's own token; admins too, audited). A step reported again
     replaces its values. Values are finite numbers: NaN, infinities, strings and booleans
     are refused (422)."""
-    services.tracking.record_metrics(
+    batch = parse_json_body(METRICS_BATCH, await request.body())
+    progress = batch.get("progress")
+    await run_in_threadpool(
+        services.tracking.record_metrics,
         principal,
         trial_id,
-        batch.attempt,
-        [(p.step, p.values) for p in batch.points],
-        batch.progress.model_dump() if batch.progress else None,
+        batch.get("attempt", 1),
+        [(p["step"], p["values"]) for p in batch.get("points", [])],
+        progress.model_dump() if progress else None,
     )
     return Response(status_code=204)
 

@@ -112,6 +112,8 @@ class FairSharePolicy(BasePolicy):
             cooldown_s=self.config.preemption_cooldown_s,
             max_victims=self.config.max_preemptions_per_pass,
             service_thresholds_slot_s=self.config.service_thresholds_slot_s,
+            cooldown_growth=self.config.cooldown_growth,
+            fewest_preemptions_first=self.config.victim_fewest_preemptions,
         )
         self.queue_order = QueueOrder("fair", self._order_key)
         # a cache of per-trial facts for victim choice; never changes a decision
@@ -415,7 +417,14 @@ class _FairPass:
             tenant.used += size
             return "starts when the trials being preempted for it have checkpointed and exited"
         if entitled(tenant.used, size, guarantee):
-            victims = preemptor.reclaim(trial, pool)
+            overshoot = 0
+            if self.config.gang_overshoot:
+                # what the gang goes past the guarantee, if no more than what the tenant is
+                # still owed (at least half the gang is within the guarantee)
+                past = tenant.used + size - guarantee
+                if 0 < past <= guarantee - tenant.used:
+                    overshoot = past
+            victims = preemptor.reclaim(trial, pool, overshoot)
             if victims is not None:
                 tenant.used += size
                 self.preempts.extend(

@@ -39,6 +39,20 @@ class FairShareConfig:
             Off by default: the bands still order the queue, but displacing long runs cost
             more work (lost since the last checkpoint) than it saved in completion time on
             every trace window measured (docs/adr/0005-fair-share-generalises.md).
+        gang_overshoot: a trial of a tenant below its guarantee whose gang goes past it by
+            ``used + size - guarantee`` GPUs, no more than the tenant is still owed (at least
+            half the gang within the guarantee), may, when borrowed
+            capacity alone cannot make room, take lenders below their own guarantees by that
+            much in all (a gang cannot be split; without this a gang larger than what its
+            tenant is still owed waits for lenders to shrink on their own). The lenders are
+            then below their guarantees and get the next free capacity first.
+        cooldown_growth: the cool-down after a trial's n-th preemption is
+            ``preemption_cooldown_s * cooldown_growth ** (n - 1)``: a trial preempted again
+            and again is protected longer each time (hysteresis against the same trial
+            bouncing). 1 keeps one cool-down.
+        victim_fewest_preemptions: among a lender's trials that may be preempted, those
+            preempted fewest times go first (then the least work since the last checkpoint),
+            so preemptions spread over trials instead of hitting the same ones.
     """
 
     half_life_s: float = 24 * 3600.0
@@ -52,6 +66,9 @@ class FairShareConfig:
     service_thresholds_slot_s: tuple[float, ...] = (3600.0, 36000.0)
     hot_gpu_temperature_c: float | None = HOT_GPU_TEMPERATURE_C
     displace_by_service: bool = False
+    gang_overshoot: bool = True
+    cooldown_growth: float = 4.0
+    victim_fewest_preemptions: bool = True
 
     def __post_init__(self) -> None:
         for name in ("half_life_s",):
@@ -66,6 +83,8 @@ class FairShareConfig:
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be >= 0 seconds, got {value}")
+        if not (self.cooldown_growth >= 1 and math.isfinite(self.cooldown_growth)):
+            raise ValueError(f"cooldown_growth must be >= 1, got {self.cooldown_growth}")
         for name in ("max_preemptions_per_pass", "max_failed_claims_per_pass"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

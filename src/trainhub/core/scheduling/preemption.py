@@ -26,7 +26,7 @@ claimed on the one node that needs the fewest preempted GPUs.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from trainhub.core.scheduling.nodepool import NodePool
 from trainhub.core.scheduling.runningtable import RunningTable
@@ -134,11 +134,24 @@ class Preemptor:
             - self._share(tenant).guaranteed_slots
         )
 
-    def _borrowing(self, trial: RunningTrial, extra: int) -> bool:
-        """Whether the trial's tenant stays at or above its guarantee without it."""
+    def _borrowing(self, trial: RunningTrial, extra: int, below: int = 0) -> bool:
+        """Whether the trial's tenant stays at or above its guarantee (less ``below``)
+        without it."""
         tenant = trial.tenant
         left = self._used.get(tenant, 0) - self._taken.get(tenant, 0) - extra
-        return left - trial.request.num_slots >= self._share(tenant).guaranteed_slots
+        return left - trial.request.num_slots >= self._share(tenant).guaranteed_slots - below
+
+    def _deficit_caused(self, victims: Sequence[RunningTrial]) -> int:
+        """Slots by which preempting ``victims`` takes their tenants below their guarantees."""
+        lost: dict[str, int] = {}
+        for victim in victims:
+            lost[victim.tenant] = lost.get(victim.tenant, 0) + victim.request.num_slots
+        caused = 0
+        for tenant, slots in lost.items():
+            held = self._used.get(tenant, 0) - self._taken.get(tenant, 0)
+            guarantee = self._share(tenant).guaranteed_slots
+            caused += max(0, guarantee - (held - slots)) - max(0, guarantee - held)
+        return caused
 
     def _lower(self, victim: RunningTrial, trial: QueuedTrial, band: int) -> bool:
         """Whether ``trial`` (in ``band``) outranks ``victim`` of its own tenant."""
@@ -170,7 +183,9 @@ class Preemptor:
         # set that part aside, or a whole queue would wait for the same few GPUs
         return self._consume(ranks, trial.request.gpus_per_worker, pool) > 0
 
-    def reclaim(self, trial: QueuedTrial, pool: NodePool) -> tuple[RunningTrial, ...] | None:
+    def reclaim(
+        self, trial: QueuedTrial, pool: NodePool, overshoot: int = 0
+    ) -> tuple[RunningTrial, ...] | None:
         """Victims borrowed from other tenants that make room for ``trial``, or None.
 
         The tenant furthest above its guarantee (per weight) is asked first, alone; only if
@@ -201,9 +216,23 @@ class Preemptor:
         if victims is None and len(others) > 1:
             if self._lent is None:
                 lent = [v for tenant in self._lenders for v in self._tenant(tenant)]
-                lent.sort(key=lambda v: (v.priority.rank, self._risk(v.trial_id), v.trial_id))
+                lent.sort(key=self._lender_order)
                 self._lent = Candidates(lent, self._facts)
             victims = self._choose(trial, pool, self._lent, allowed)
+        if victims is None and overshoot > 0 and others:
+            # a gang larger than what its tenant is still owed: lenders may go below their
+            # guarantee by at most what the gang goes past the claimant's, all lenders together
+            def relaxed(victim: RunningTrial, taken: int) -> bool:
+                return victim.tenant != claimant and self._borrowing(victim, taken, overshoot)
+
+            def within(victims: Sequence[RunningTrial]) -> bool:
+                return self._deficit_caused(victims) <= overshoot
+
+            if self._lent is None:
+                lent = [v for tenant in self._lenders for v in self._tenant(tenant)]
+                lent.sort(key=self._lender_order)
+                self._lent = Candidates(lent, self._facts)
+            victims = self._choose(trial, pool, self._lent, relaxed, within)
         if victims is None:
             young = [at for tenant in others for at, _ in self._young.get(tenant, ())]
             self._note_young(young)
@@ -212,15 +241,18 @@ class Preemptor:
                 self._memo.reclaim_failed(claimant, size, min(young, default=math.inf))
         return victims
 
+    def _lender_order(self, v: RunningTrial) -> tuple[int, int, float, int]:
+        """Lenders' victims: lowest priority, (optionally) preempted fewest times, least
+        work at risk."""
+        repeated = v.num_preemptions if self._rules.fewest_preemptions_first else 0
+        return (v.priority.rank, repeated, self._risk(v.trial_id), v.trial_id)
+
     def _lender(self, tenant: str) -> Candidates:
-        """One lender's preemptible trials: lowest priority, then least work at risk."""
+        """One lender's preemptible trials in :meth:`_lender_order`."""
         self._tenant(tenant)
         state = self._states[tenant]
         if state.as_lender is None:
-            ready = sorted(
-                state.ready,
-                key=lambda v: (v.priority.rank, self._risk(v.trial_id), v.trial_id),
-            )
+            ready = sorted(state.ready, key=self._lender_order)
             state.as_lender = Candidates(ready, self._facts)
         return state.as_lender
 
@@ -284,8 +316,10 @@ class Preemptor:
         pool: NodePool,
         candidates: Candidates,
         allowed: Callable[[RunningTrial, int], bool],
+        check: Callable[[Sequence[RunningTrial]], bool] | None = None,
     ) -> tuple[RunningTrial, ...] | None:
-        """Victims among ``candidates`` (in preference order) that ``allowed`` admits."""
+        """Victims among ``candidates`` (in preference order) that ``allowed`` admits (and
+        ``check`` accepts as a whole)."""
 
         def ok(victim: RunningTrial, taken: int) -> bool:
             return victim.trial_id not in self._chosen and allowed(victim, taken)
@@ -307,6 +341,8 @@ class Preemptor:
         if victims is None and not trial.request.single_node:
             victims = self._greedy(trial, pool, candidates, ok)
         if victims is None or len(victims) > self._left:
+            return None
+        if check is not None and not check(victims):
             return None
         for victim in victims:
             self._chosen.add(victim.trial_id)

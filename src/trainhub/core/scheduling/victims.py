@@ -25,12 +25,20 @@ class PreemptionRules:
     max_victims: int
     # attained service (slot-seconds) that ends each band; empty: no displacement by service
     service_thresholds_slot_s: tuple[float, ...] = ()
+    # the cool-down after the n-th preemption is cooldown_s * cooldown_growth ** (n - 1)
+    cooldown_growth: float = 1.0
+    # lenders' victims: those preempted fewest times first (before least work at risk)
+    fewest_preemptions_first: bool = False
 
     def band(self, attained_slot_s: float) -> int:
         return bisect.bisect_right(self.service_thresholds_slot_s, attained_slot_s)
 
 
 Facts = tuple[float, RunningTrial, int, float, float, float, float | None, int]
+
+
+def _eligible_order(fact: Facts) -> tuple[float, int]:
+    return fact[0], fact[1].trial_id
 
 
 class VictimFacts:
@@ -43,6 +51,7 @@ class VictimFacts:
         self._tenants: dict[str, tuple[tuple[RunningTrial, ...], list[Facts], list[float]]] = {}
         self._states: dict[str, tuple[tuple[RunningTrial, ...], TenantVictims]] = {}
         self._spread: dict[int, tuple[RunningTrial, list[tuple[str, int]], int]] = {}
+        self._facts: dict[int, Facts] = {}
 
     def spread(self, trial: RunningTrial) -> list[tuple[str, int]]:
         """(node, GPUs) the trial holds, per node."""
@@ -68,29 +77,38 @@ class VictimFacts:
         if cached is not None and cached[0] is trials:
             return cached[1], cached[2]
         rules = self._rules
+        known = self._facts
         facts: list[Facts] = []
         for trial in trials:
             if trial.preempting or not trial.preemptible:
                 continue
+            # a trial's facts are fixed for its attempt: most tenants change by a few trials
+            seen = known.get(trial.trial_id)
+            if seen is not None and seen[1] is trial:
+                facts.append(seen)
+                continue
             protect = rules.min_run_time_s
             if trial.num_preemptions:
-                protect = max(protect, rules.cooldown_s)
+                cooldown = rules.cooldown_s * rules.cooldown_growth ** (trial.num_preemptions - 1)
+                protect = max(protect, cooldown)
             base = (
                 trial.started_at if trial.last_checkpoint_at is None else trial.last_checkpoint_at
             )
-            facts.append(
-                (
-                    trial.started_at + protect,
-                    trial,
-                    trial.request.num_slots,
-                    trial.attained_service,
-                    trial.started_at,
-                    base,
-                    trial.checkpoint_every_s,
-                    trial.priority.rank,
-                )
+            fact = (
+                trial.started_at + protect,
+                trial,
+                trial.request.num_slots,
+                trial.attained_service,
+                trial.started_at,
+                base,
+                trial.checkpoint_every_s,
+                trial.priority.rank,
             )
-        facts.sort(key=lambda f: (f[0], f[1].trial_id))
+            if len(known) > 100_000:
+                known.clear()
+            known[trial.trial_id] = fact
+            facts.append(fact)
+        facts.sort(key=_eligible_order)
         eligible = [f[0] for f in facts]
         self._tenants[tenant] = (trials, facts, eligible)
         return facts, eligible

@@ -1,0 +1,160 @@
+"""What the dashboard's routes share: the templates, the sessions, the chart cache, and how a
+page, a JSON answer and a form action check the session (and its CSRF token) before calling a
+service with the session's principal."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
+
+from trainhub.api.guard import FailedAuthLimiter
+from trainhub.core.errors import TrainhubError, Unauthenticated
+from trainhub.service.container import Services
+from trainhub.service.ports import Principal
+from trainhub.web.charts import ChartCache
+from trainhub.web.sessions import SESSION_COOKIE, Session, Sessions
+from trainhub.web.slots import StreamSlots
+
+PREFIX = "/ui"
+PAGE_SIZE = 50
+HERE = Path(__file__).parent
+_T = TypeVar("_T")
+
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else ""
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+templates.env.filters["when"] = _when
+templates.env.filters["num"] = _num
+
+
+class LoginNeeded(Exception):
+    pass
+
+
+class Site:
+    """What the routes share: the services, the sessions, the chart cache."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.sessions = Sessions()
+        self.charts = ChartCache(services)
+        self.limiter = FailedAuthLimiter()  # the API's bound on guessing tokens, here too
+        self.streams = StreamSlots()  # live updates (web/live.py)
+
+    def session(self, request: Request) -> tuple[Session, Principal]:
+        session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
+        if session is None:
+            raise LoginNeeded
+        try:
+            principal = self.services.authenticate(session.secret)
+        except Unauthenticated as exc:  # revoked or expired since the login
+            self.sessions.close(request.cookies.get(SESSION_COOKIE))
+            raise LoginNeeded from exc
+        return session, principal
+
+    def page(
+        self,
+        request: Request,
+        template: str,
+        build: Callable[[Principal], dict[str, Any]],
+    ) -> Response:
+        try:
+            session, principal = self.session(request)
+        except LoginNeeded:
+            return RedirectResponse(
+                f"{PREFIX}/login?{urlencode({'next': request.url.path})}", status_code=303
+            )
+        try:
+            context = build(principal)
+        except TrainhubError as exc:
+            return templates.TemplateResponse(
+                request,
+                "error.html",
+                {"user": principal, "csrf": session.csrf, "error": exc},
+                status_code=exc.status_code,
+            )
+        return templates.TemplateResponse(
+            request, template, {"user": principal, "csrf": session.csrf, **context}
+        )
+
+    def data(self, request: Request, build: Callable[[Principal], _T]) -> Response:
+        try:
+            _, principal = self.session(request)
+        except LoginNeeded:
+            return JSONResponse({"code": "unauthenticated", "message": "log in"}, 401)
+        try:
+            return JSONResponse(build(principal))
+        except TrainhubError as exc:
+            return JSONResponse({"code": exc.code, "message": exc.message}, exc.status_code)
+
+    def guarded(self, request: Request, answer: Callable[[], Response]) -> Response:
+        """``answer()``, or the service's error as JSON (downloads)."""
+        try:
+            return answer()
+        except TrainhubError as exc:
+            return JSONResponse({"code": exc.code, "message": exc.message}, exc.status_code)
+
+    async def action(
+        self,
+        request: Request,
+        act: Callable[[Principal, dict[str, str]], Response | str | None],
+        back: str,
+    ) -> Response:
+        """A form POST: checks the session's CSRF token, runs ``act`` with the principal and the
+        form's text fields; redirects to ``back`` (or to the path ``act`` returns), or answers
+        the response ``act`` made (a page showing what was just created)."""
+        try:
+            session, principal = self.session(request)
+        except LoginNeeded:
+            return RedirectResponse(f"{PREFIX}/login", status_code=303)
+        form = await request.form()
+        sent = form.get("csrf")
+        if not isinstance(sent, str) or not secrets.compare_digest(sent, session.csrf):
+            return HTMLResponse("the form's CSRF token is wrong: reload the page", 403)
+        fields = {k: v for k, v in form.items() if isinstance(v, str) and k != "csrf"}
+        try:
+            done = await run_in_threadpool(act, principal, fields)
+        except TrainhubError as exc:
+            return self.error(request, session, principal, exc)
+        if isinstance(done, Response):
+            return done
+        return RedirectResponse(done or back, status_code=303)
+
+    def error(
+        self, request: Request, session: Session, principal: Principal, exc: TrainhubError
+    ) -> Response:
+        return templates.TemplateResponse(
+            request,
+            "error.html",
+            {"user": principal, "csrf": session.csrf, "error": exc},
+            status_code=exc.status_code,
+        )
+
+    def render(
+        self, request: Request, template: str, principal: Principal, context: dict[str, Any]
+    ) -> Response:
+        """A page for an action's answer (the session is the request's, already checked)."""
+        session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
+        csrf = session.csrf if session else ""
+        return templates.TemplateResponse(
+            request, template, {"user": principal, "csrf": csrf, **context}
+        )
