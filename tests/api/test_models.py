@@ -167,33 +167,6 @@ def test_init_from_is_checked_and_pinned_at_submit(world: World) -> None:
     assert r.status_code == 201, r.text
 
 
-def test_a_registered_teacher_is_checked_pinned_and_served_to_the_student(world: World) -> None:
-    api = world.api
-    assert _register(world, world.alice, "teacher").status_code == 201
-    spec = "name: st\nentrypoint: python train.py\ndistill: {teacher: teacher}\n"
-    r = submit(api, world.alice, spec)
-    assert r.status_code == 201, r.text
-    assert r.json()["spec"]["distill"]["teacher"] == "vision/teacher:1"  # pinned
-    student = r.json()["trials"][0]["id"]
-    weights = api.client.get(
-        f"/api/v1/trials/{student}/teacher-weights", headers=start_attempt(api, student)
-    )
-    assert weights.status_code == 200, weights.text
-    assert weights.content == WEIGHTS + b"\x02"
-    # a model that does not exist, a missing version, another tenant's unshared model
-    for token, ref, said in (
-        (world.alice, "nope:1", "model nope:1 does not exist"),
-        (world.alice, "teacher:9", "no version 9"),
-        (world.bob, "vision/teacher", "does not exist"),
-    ):
-        spec = f"name: st\nentrypoint: python train.py\ndistill: {{teacher: '{ref}'}}\n"
-        r = submit(api, token, spec)
-        assert r.status_code == 422, (ref, r.text)
-        (error,) = r.json()["errors"]
-        assert error["path"] == "distill.teacher"
-        assert said in error["message"]
-
-
 def test_an_unknown_zoo_architecture_is_refused_at_submit_and_registration(
     world: World,
 ) -> None:
