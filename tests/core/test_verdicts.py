@@ -10,6 +10,7 @@ from trainhub.core.attempts import AttemptPhase, RankPhase
 from trainhub.core.errors import IllegalTransition
 from trainhub.core.states import AttemptOutcome, TrialState
 from trainhub.core.verdicts import (
+    EXIT_SPEC_REFUSED,
     AttemptFacts,
     AttemptLimits,
     EndAttempt,
@@ -124,3 +125,28 @@ def test_next_state_never_charges_preemption_or_placement() -> None:
             max_restarts=0,
             resume_step=None,
         )
+
+
+def test_a_refused_spec_is_not_restarted() -> None:
+    refused = Status(AttemptPhase.EXITED, (Rank(0, RankPhase.EXITED, EXIT_SPEC_REFUSED),))
+    verdict = judge(facts(), refused, 10, LIMITS)
+    assert isinstance(verdict, EndAttempt)
+    assert (verdict.outcome, verdict.retry) == (AttemptOutcome.FAILED, False)
+    failed = Status(AttemptPhase.EXITED, (Rank(0, RankPhase.EXITED, 1),))
+    assert judge(facts(), failed, 10, LIMITS).retry  # type: ignore[union-attr]
+    t = next_trial_state(
+        TrialState.RUNNING,
+        AttemptOutcome.FAILED,
+        "d",
+        num_restarts=0,
+        max_restarts=3,
+        resume_step=None,
+        retry=False,
+    )
+    assert (t.target, t.counts_restart) == (TrialState.FAILED, False)
+
+
+def test_the_core_and_the_runtime_agree_on_the_refused_spec_exit_code() -> None:
+    from trainhub.runtime import protocol
+
+    assert protocol.EXIT_SPEC_REFUSED == EXIT_SPEC_REFUSED

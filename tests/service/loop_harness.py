@@ -8,7 +8,7 @@ or ignore SIGTERM when the test says so.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
@@ -78,7 +78,9 @@ class FakeExecutor:
         attempt = self.attempts.get(attempt_key)
         if attempt is None:
             return AttemptStatus(attempt_key, AttemptPhase.UNKNOWN, detail="not on Ray")
-        return AttemptStatus(attempt_key, attempt.phase, tuple(attempt.ranks), attempt.detail)
+        status = AttemptStatus(attempt_key, attempt.phase, tuple(attempt.ranks), attempt.detail)
+        attempt.ranks = [replace(r, log_chunk=b"") for r in attempt.ranks]  # output goes once
+        return status
 
     def terminate(self, attempt_key: str, grace_s: float = 10.0) -> None:
         self.terminated.append((attempt_key, grace_s))
@@ -101,10 +103,14 @@ class FakeExecutor:
         attempt.detail = ""
         attempt.ranks = [RankStatus(r.rank, RankPhase.RUNNING) for r in attempt.ranks]
 
-    def exit(self, attempt_key: str, codes: Sequence[int]) -> None:
+    def exit(
+        self, attempt_key: str, codes: Sequence[int], output: Mapping[int, bytes] | None = None
+    ) -> None:
+        """The ranks exit with ``codes``, having printed ``output`` (rank -> bytes) last."""
         attempt = self.attempts[attempt_key]
+        said = output or {}
         attempt.ranks = [
-            RankStatus(r.rank, RankPhase.EXITED, code)
+            RankStatus(r.rank, RankPhase.EXITED, code, log_chunk=said.get(r.rank, b""))
             for r, code in zip(attempt.ranks, codes, strict=True)
         ]
         failed = [r for r in attempt.ranks if r.exit_code]

@@ -11,6 +11,7 @@ from tests.service.loop_harness import SIGTERM_EXIT, LoopHarness, cpu_nodes
 from trainhub.core.scheduling import BasePolicy, Decision, FifoPolicy, Preempt, Snapshot
 from trainhub.core.states import AttemptOutcome, ExperimentState, TrialState
 from trainhub.core.verdicts import EndAttempt, RequestStop, Terminate, Wait
+from trainhub.runtime import protocol
 from trainhub.service.control_loop import LoopConfig
 from trainhub.service.tracking import TrackingService
 
@@ -155,6 +156,33 @@ def test_restarts_are_counted_until_exhausted(h: LoopHarness) -> None:
     assert trial.message == "rank 0 exited with code 7 (no restarts left of max_restarts=1)"
     with h.uow() as repo:
         assert repo.get_experiment(trial.experiment_id).state == ExperimentState.FAILED  # type: ignore[union-attr]
+
+
+def test_a_failure_says_what_the_rank_printed_last(h: LoopHarness) -> None:
+    trial_id = h.submit(SPEC + "max_restarts: 0\n")
+    key = start_running(h, trial_id)
+    h.executor.exit(key, [0, 1], {1: b"step 3\nValueError: lr must be > 0\n\n"})
+    h.tick()
+    trial = h.trial(trial_id)
+    assert trial.state == TrialState.FAILED
+    assert trial.message == (
+        "rank 1 exited with code 1; rank 1 said: ValueError: lr must be > 0"
+        " (no restarts left of max_restarts=0)"
+    )
+
+
+def test_a_refused_spec_fails_the_trial_without_restarts(h: LoopHarness) -> None:
+    trial_id = h.submit(SPEC + "max_restarts: 3\n")
+    key = start_running(h, trial_id)
+    said = b"trainhub.runtime.errors.SpecRefused: model.freeze: 'fc9.*' matches no layer\n"
+    h.executor.exit(key, [protocol.EXIT_SPEC_REFUSED, 0], {0: said})
+    h.tick()
+    trial = h.trial(trial_id)
+    assert (trial.state, trial.num_restarts) == (TrialState.FAILED, 0)
+    assert trial.message is not None
+    assert trial.message.startswith("rank 0 refused the spec (exit code 78)")
+    assert "model.freeze: 'fc9.*' matches no layer" in trial.message
+    assert len(h.attempts(trial_id)) == 1
 
 
 def test_a_lost_rank_breaks_the_gang_and_the_others_are_stopped(h: LoopHarness) -> None:

@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from trainhub.core.attempts import AttemptPhase, AttemptReport, RankPhase
 from trainhub.core.states import AttemptOutcome, TrialState, check_transition
 
+# a rank's exit code when the runtime refused the spec (runtime/protocol.py EXIT_SPEC_REFUSED;
+# the core does not import the runtime, tests/core/test_verdicts.py keeps the two equal)
+EXIT_SPEC_REFUSED = 78
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptLimits:
@@ -105,6 +109,7 @@ class EndAttempt:
     outcome: AttemptOutcome
     detail: str
     stop_others: bool = False
+    retry: bool = True  # False: another attempt would fail the same way (a refused spec)
 
 
 Verdict = Wait | MarkRunning | RequestStop | Terminate | EndAttempt
@@ -134,6 +139,15 @@ def judge(facts: AttemptFacts, status: AttemptReport, now: float, limits: Attemp
         return Wait(status.detail or "placing")
     failed = [r for r in ranks if r.phase == RankPhase.EXITED and r.exit_code not in (0, None)]
     lost = [r for r in ranks if r.phase == RankPhase.LOST]
+    refused = [r for r in failed if r.exit_code == EXIT_SPEC_REFUSED]
+    if refused:
+        return EndAttempt(
+            AttemptOutcome.FAILED,
+            f"rank {refused[0].rank} refused the spec (exit code {EXIT_SPEC_REFUSED}); "
+            "another attempt would fail the same way, so it is not restarted",
+            stop_others=True,
+            retry=False,
+        )
     if failed:
         first = failed[0]
         return EndAttempt(
@@ -213,6 +227,7 @@ def next_trial_state(
     num_restarts: int,
     max_restarts: int,
     resume_step: int | None,
+    retry: bool = True,
 ) -> Transition:
     """The trial's next state after an attempt ended with ``outcome`` (checked against the
     transition table). ``resume_step``: the step of the latest checkpoint, if any."""
@@ -229,6 +244,8 @@ def next_trial_state(
         made = Transition(
             TrialState.QUEUED, detail, f"{detail}; waits to be placed again (not a restart)"
         )
+    elif not retry:
+        made = Transition(TrialState.FAILED, detail, None)
     elif num_restarts < max_restarts:
         restarts = num_restarts + 1
         made = Transition(

@@ -31,6 +31,7 @@ from trainhub.runtime.checkpoints import (
 )
 from trainhub.runtime.data import make_data_loader, set_loader_epoch
 from trainhub.runtime.environment import LaunchEnv
+from trainhub.runtime.errors import exit_on_refused_spec, refusing_the_spec
 from trainhub.runtime.metrics import (
     BaseMetricsSink,
     LocalMetricsSink,
@@ -173,6 +174,7 @@ class Context:
             )
             self._checkpoints = LocalCheckpointStore(options.checkpoint_dir)
         self._previous_sigterm: Any = None
+        self._previous_excepthook: Any = sys.excepthook
         self._install_exit_hooks()
 
     def _setup_managed(self, api_url: str, trial_id: int) -> None:
@@ -656,6 +658,8 @@ class Context:
 
     def _install_exit_hooks(self) -> None:
         atexit.register(self._close_at_exit)
+        self._previous_excepthook = sys.excepthook
+        sys.excepthook = self._excepthook
         if (
             not self._options.handle_sigterm
             or threading.current_thread() is not threading.main_thread()
@@ -666,6 +670,8 @@ class Context:
 
     def _remove_exit_hooks(self) -> None:
         atexit.unregister(self._close_at_exit)
+        if sys.excepthook == self._excepthook:
+            sys.excepthook = self._previous_excepthook
         if (
             self._previous_sigterm is not None
             and threading.current_thread() is threading.main_thread()
@@ -673,6 +679,13 @@ class Context:
         ):
             signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
+
+    def _excepthook(
+        self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
+        self._previous_excepthook(exc_type, exc, tb)
+        # a refused spec: deliver, then exit EXIT_SPEC_REFUSED so the trial is not restarted
+        exit_on_refused_spec(exc_type, lambda: self._close(None, from_exit=True))
 
     def _close_at_exit(self) -> None:
         self._close(None, from_exit=True)
@@ -757,19 +770,19 @@ class Context:
         from trainhub.distill_contract import DistillSpec
         from trainhub.runtime.distill import make_distiller
 
-        spec = DistillSpec.from_env()
-        return make_distiller(
-            student,
-            teacher,
-            weights=weights,
-            spec=spec,
-            api_url=self._env.api_url,
-            token=self._env.token,
-            trial_id=self._env.trial_id,
-            device=self.device,
-            example_input=example_input,
-            **settings,
-        )
+        with refusing_the_spec():
+            return make_distiller(
+                student,
+                teacher,
+                weights=weights,
+                spec=DistillSpec.from_env(),
+                api_url=self._env.api_url,
+                token=self._env.token,
+                trial_id=self._env.trial_id,
+                device=self.device,
+                example_input=example_input,
+                **settings,
+            )
 
     # --- layer health ---
 
@@ -812,22 +825,23 @@ class Context:
         """
         from trainhub.runtime.init_model import ModelPlan, init_model
 
-        spec = ModelPlan.from_env()
-        plan = ModelPlan(
-            init_from if init_from is not None else spec.init_from,
-            tuple(freeze) or spec.freeze,
-            tuple(reset) or spec.reset,
-            grow if grow is not None else spec.grow,
-        )
-        return init_model(
-            model,
-            plan,
-            device=self._device,
-            api_url=self._env.api_url if init_from is None else None,
-            token=self._env.token,
-            trial_id=self._env.trial_id,
-            spool=getattr(self, "_spool_dir", None),
-        )
+        with refusing_the_spec():
+            spec = ModelPlan.from_env()
+            plan = ModelPlan(
+                init_from if init_from is not None else spec.init_from,
+                tuple(freeze) or spec.freeze,
+                tuple(reset) or spec.reset,
+                grow if grow is not None else spec.grow,
+            )
+            return init_model(
+                model,
+                plan,
+                device=self._device,
+                api_url=self._env.api_url if init_from is None else None,
+                token=self._env.token,
+                trial_id=self._env.trial_id,
+                spool=getattr(self, "_spool_dir", None),
+            )
 
     # --- profiling (trainhub profile; runtime/profiling.py) ---
 

@@ -42,6 +42,7 @@ from trainhub.runtime.model import unwrap_model
 __all__ = [
     "Distiller",
     "TeacherError",
+    "TeacherUnreachable",
     "distillation_loss",
     "fetch_model_weights",
     "fetch_teacher_weights",
@@ -54,6 +55,12 @@ Weights = str | Path | bytes | Mapping[str, Any]
 
 class TeacherError(ValueError):
     """The teacher cannot be built or loaded; the message says what to give instead."""
+
+
+class TeacherUnreachable(TeacherError):
+    """The control plane could not be reached for the teacher's weights (worth another try)."""
+
+    transient = True
 
 
 def kd_loss(
@@ -385,7 +392,7 @@ def _get(api_url: str, token: str | None, path: str, what: str, timeout_s: float
     try:
         response = httpx.get(api_url + path, headers=headers, timeout=timeout_s)
     except httpx.TransportError as exc:
-        raise TeacherError(f"{what}: the control plane cannot be reached ({exc})") from None
+        raise TeacherUnreachable(f"{what}: the control plane cannot be reached ({exc})") from None
     if response.status_code >= 400:
         try:
             said = str(response.json().get("message", ""))

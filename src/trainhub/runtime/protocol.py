@@ -27,6 +27,11 @@ ENV_MODEL = "TRAINHUB_MODEL"  # JSON of the spec's model section (init_from pinn
 # the runtime's data loaders leave out or relabel these samples (runtime/sample_filter.py)
 ENV_SAMPLE_FILTER = "TRAINHUB_SAMPLE_FILTER"
 
+# exit code of a rank that found the spec and the script at odds (a model.freeze pattern that
+# matches no layer, a shape mismatch outside model.reset, a distill hint naming no layer): another
+# attempt would fail the same way, so the control plane does not restart the trial (EX_CONFIG)
+EXIT_SPEC_REFUSED = 78
+
 # --- optional tuning of the runtime (the executor may set them; the runtime has defaults) ---
 ENV_FLUSH_TIMEOUT_S = "TRAINHUB_FLUSH_TIMEOUT_S"  # how long close() keeps retrying; default 600
 ENV_METRICS_BATCH_S = "TRAINHUB_METRICS_BATCH_S"  # how long points wait to form a batch; default 1

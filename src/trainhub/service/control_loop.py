@@ -242,6 +242,16 @@ class ControlLoop:
                 self.store.write_at(key, offsets.get(rank_status.rank, 0), rank_status.log_chunk)
         return status
 
+    def _last_log_line(self, trial: Trial, attempt: Attempt, rank: int) -> str:
+        """The last non-empty line of a rank's output (at most 300 characters), or ''."""
+        key = log_key(trial.tenant, trial.id, attempt.number, rank)
+        if not self.store.exists(key):
+            return ""
+        tail = self.store.read_range(key, max(0, self.store.size(key) - 4096))
+        lines = [line.strip() for line in tail.decode(errors="replace").splitlines()]
+        said = [line for line in lines if line]
+        return said[-1][:300] if said else ""
+
     def _drain_logs(self, trial: Trial, attempt: Attempt, max_rounds: int = 64) -> AttemptStatus:
         """Fetch the output that is left before the actors are released."""
         status = self._poll_with_logs(trial, attempt)
@@ -260,15 +270,20 @@ class ControlLoop:
     ) -> None:
         """End the attempt as ``verdict`` says and move the trial to its next state."""
         exit_codes: tuple[int | None, ...] = ()
+        detail = verdict.detail
         if attempt is not None:
             if verdict.stop_others:
                 # the gang is broken or would not stop: end the ranks that still run
                 self.executor.terminate(attempt.key, self.config.terminate_grace_s)
             final = self._drain_logs(trial, attempt)
-            exit_codes = tuple(
-                r.exit_code for r in (final.ranks or (status.ranks if status else ()))
-            )
+            ranks = final.ranks or (status.ranks if status else ())
+            exit_codes = tuple(r.exit_code for r in ranks)
             self.executor.release(attempt.key)
+            failed = [r.rank for r in ranks if r.exit_code not in (0, None)]
+            if verdict.outcome == AttemptOutcome.FAILED and failed:
+                # what the script said last is most often why it failed
+                said = self._last_log_line(trial, attempt, failed[0])
+                detail = f"{detail}; rank {failed[0]} said: {said}" if said else detail
         now = self.clock()
         outcome = verdict.outcome
         with self.uow() as repo:
@@ -281,7 +296,7 @@ class ControlLoop:
                     AttemptUpdate(
                         outcome=outcome.value,
                         ended_at=now,
-                        detail=verdict.detail,
+                        detail=detail,
                         exit_codes=exit_codes,
                     ),
                 )
@@ -298,18 +313,17 @@ class ControlLoop:
                         began = attempt.started_at or attempt.created_at
                         progress_s = trial.progress_s + max(0.0, saved.last_at - began)
             number = attempt.number if attempt else trial.num_attempts
-            repo.add_event(
-                trial.id, outcome.value.lower(), f"attempt {number}: {verdict.detail}", now
-            )
+            repo.add_event(trial.id, outcome.value.lower(), f"attempt {number}: {detail}", now)
             spec = self._spec(repo, trial)
             latest = repo.list_checkpoints(trial.id)
             transition = next_trial_state(
                 trial.state,
                 outcome,
-                verdict.detail,
+                detail,
                 num_restarts=trial.num_restarts,
                 max_restarts=spec.max_restarts,
                 resume_step=latest[-1].step if latest else None,
+                retry=verdict.retry,
             )
             transition = self._steered(trial, transition)  # PRUNED or PAUSED where asked
             queued = transition.target == TrialState.QUEUED
