@@ -134,13 +134,6 @@ class Preemptor:
             - self._share(tenant).guaranteed_slots
         )
 
-    def _borrowing(self, trial: RunningTrial, extra: int, below: int = 0) -> bool:
-        """Whether the trial's tenant stays at or above its guarantee (less ``below``)
-        without it."""
-        tenant = trial.tenant
-        left = self._used.get(tenant, 0) - self._taken.get(tenant, 0) - extra
-        return left - trial.request.num_slots >= self._share(tenant).guaranteed_slots - below
-
     def _deficit_caused(self, victims: Sequence[RunningTrial]) -> int:
         """Slots by which preempting ``victims`` takes their tenants below their guarantees."""
         lost: dict[str, int] = {}
@@ -206,33 +199,22 @@ class Preemptor:
             }
             self._lenders = sorted(over, key=lambda t: (-over[t], t))
 
-        def allowed(victim: RunningTrial, taken: int) -> bool:
-            return victim.tenant != claimant and self._borrowing(victim, taken)
-
+        allowed = self._lenders_rule(claimant, 0)
         others = [t for t in self._lenders if t != claimant]
         victims = None
         if others and self._spare(others[0]) > 0:
             victims = self._choose(trial, pool, self._lender(others[0]), allowed)
         if victims is None and len(others) > 1:
-            if self._lent is None:
-                lent = [v for tenant in self._lenders for v in self._tenant(tenant)]
-                lent.sort(key=self._lender_order)
-                self._lent = Candidates(lent, self._facts)
-            victims = self._choose(trial, pool, self._lent, allowed)
+            victims = self._choose(trial, pool, self._all_lent(), allowed)
         if victims is None and overshoot > 0 and others:
             # a gang larger than what its tenant is still owed: lenders may go below their
             # guarantee by at most what the gang goes past the claimant's, all lenders together
-            def relaxed(victim: RunningTrial, taken: int) -> bool:
-                return victim.tenant != claimant and self._borrowing(victim, taken, overshoot)
+            relaxed = self._lenders_rule(claimant, overshoot)
 
             def within(victims: Sequence[RunningTrial]) -> bool:
                 return self._deficit_caused(victims) <= overshoot
 
-            if self._lent is None:
-                lent = [v for tenant in self._lenders for v in self._tenant(tenant)]
-                lent.sort(key=self._lender_order)
-                self._lent = Candidates(lent, self._facts)
-            victims = self._choose(trial, pool, self._lent, relaxed, within)
+            victims = self._choose(trial, pool, self._all_lent(), relaxed, within)
         if victims is None:
             young = [at for tenant in others for at, _ in self._young.get(tenant, ())]
             self._note_young(young)
@@ -241,19 +223,64 @@ class Preemptor:
                 self._memo.reclaim_failed(claimant, size, min(young, default=math.inf))
         return victims
 
-    def _lender_order(self, v: RunningTrial) -> tuple[int, int, float, int]:
-        """Lenders' victims: lowest priority, (optionally) preempted fewest times, least
-        work at risk."""
-        repeated = v.num_preemptions if self._rules.fewest_preemptions_first else 0
-        return (v.priority.rank, repeated, self._risk(v.trial_id), v.trial_id)
+    def _lenders_rule(self, claimant: str, below: int) -> Callable[[RunningTrial, int], bool]:
+        """Whether a victim may be taken for ``claimant``: another tenant's trial whose tenant
+        stays at or above its guarantee (less ``below``) without it and ``taken`` more
+        slots. Valid while no victim is committed: each claim makes its own."""
+        slack: dict[str, int] = {}
+        used, claimed, share = self._used, self._taken, self._share
+
+        def allowed(victim: RunningTrial, taken: int) -> bool:
+            tenant = victim.tenant
+            if tenant == claimant:
+                return False
+            left = slack.get(tenant)
+            if left is None:
+                left = slack[tenant] = (
+                    used.get(tenant, 0)
+                    - claimed.get(tenant, 0)
+                    - share(tenant).guaranteed_slots
+                    + below
+                )
+            return left - taken - victim.request.num_slots >= 0
+
+        return allowed
+
+    def _all_lent(self) -> Candidates:
+        """Every lender's preemptible trials together, in lender order (:meth:`_lender_keys`)."""
+        if self._lent is None:
+            assert self._lenders is not None
+            lent = [v for tenant in self._lenders for v in self._tenant(tenant)]
+            keys = self._lender_keys(lent)
+            order = sorted(range(len(lent)), key=keys.__getitem__)
+            self._lent = Candidates([lent[i] for i in order], self._facts)
+        return self._lent
+
+    def _lender_keys(self, trials: Sequence[RunningTrial]) -> list[tuple[int, int, float, int]]:
+        """Lenders' victims go lowest priority first, then (optionally) preempted fewest
+        times, then least work at risk: each trial's sort key."""
+        now = self._now
+        params = self._risk_params
+        fewest = self._rules.fewest_preemptions_first
+        keys = []
+        for v in trials:
+            slots, base, period = params[v.trial_id]
+            at_risk = max(0.0, now - base)
+            if period:
+                at_risk %= period
+            keys.append(
+                (v.priority.rank, v.num_preemptions if fewest else 0, at_risk * slots, v.trial_id)
+            )
+        return keys
 
     def _lender(self, tenant: str) -> Candidates:
-        """One lender's preemptible trials in :meth:`_lender_order`."""
+        """One lender's preemptible trials in lender order (:meth:`_lender_keys`)."""
         self._tenant(tenant)
         state = self._states[tenant]
         if state.as_lender is None:
-            ready = sorted(state.ready, key=self._lender_order)
-            state.as_lender = Candidates(ready, self._facts)
+            keys = self._lender_keys(state.ready)
+            order = sorted(range(len(keys)), key=keys.__getitem__)
+            state.as_lender = Candidates([state.ready[i] for i in order], self._facts)
         return state.as_lender
 
     def displace(
@@ -321,8 +348,10 @@ class Preemptor:
         """Victims among ``candidates`` (in preference order) that ``allowed`` admits (and
         ``check`` accepts as a whole)."""
 
+        chosen = self._chosen
+
         def ok(victim: RunningTrial, taken: int) -> bool:
-            return victim.trial_id not in self._chosen and allowed(victim, taken)
+            return victim.trial_id not in chosen and allowed(victim, taken)
 
         need = trial.request.num_slots
         have = pool.total_free + self._incoming_total
@@ -428,6 +457,8 @@ class Preemptor:
         whole gang: that node's victims."""
         request = trial.request
         k = request.num_workers
+        if not request.node_labels and pool.most_ranks_empty(request) < k:
+            return None  # no node holds the whole gang even when empty
         freed: dict[str, int] = {}
         chosen: dict[str, list[RunningTrial]] = {}
         taken: dict[str, dict[str, int]] = {}
