@@ -35,6 +35,7 @@ from trainhub.core.scheduling.victims import (
     Candidates,
     ClaimMemo,
     PreemptionRules,
+    Risk,
     TenantVictims,
     VictimFacts,
 )
@@ -72,7 +73,7 @@ class Preemptor:
         self._ready: dict[str, list[RunningTrial]] = {}
         self._young: dict[str, list[tuple[float, RunningTrial]]] = {}
         self._band: dict[int, int] = {}
-        self._risk_params: dict[int, tuple[int, float, float | None]] = {}
+        self._risk_params: dict[int, Risk] = {}
         self._until: dict[str, float] = {}
         self._states: dict[str, TenantVictims] = {}
         # per tenant: (lowest priority rank, highest band) among the trials ready to preempt
@@ -110,7 +111,7 @@ class Preemptor:
 
     def _risk(self, trial_id: int) -> float:
         """Slot-seconds a preemption of the trial would lose now."""
-        slots, base, period = self._risk_params[trial_id]
+        slots, base, period, _, _ = self._risk_params[trial_id]
         at_risk = max(0.0, self._now - base)
         if period:
             at_risk %= period
@@ -264,13 +265,11 @@ class Preemptor:
         fewest = self._rules.fewest_preemptions_first
         keys = []
         for v in trials:
-            slots, base, period = params[v.trial_id]
+            slots, base, period, rank, preemptions = params[v.trial_id]
             at_risk = max(0.0, now - base)
             if period:
                 at_risk %= period
-            keys.append(
-                (v.priority.rank, v.num_preemptions if fewest else 0, at_risk * slots, v.trial_id)
-            )
+            keys.append((rank, preemptions if fewest else 0, at_risk * slots, v.trial_id))
         return keys
 
     def _lender(self, tenant: str) -> Candidates:

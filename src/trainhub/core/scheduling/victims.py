@@ -34,7 +34,10 @@ class PreemptionRules:
         return bisect.bisect_right(self.service_thresholds_slot_s, attained_slot_s)
 
 
-Facts = tuple[float, RunningTrial, int, float, float, float, float | None, int]
+# a running trial's work at risk and lender order, fixed for its attempt: (slots, checkpoint
+# base, checkpoint period, priority rank, earlier preemptions)
+Risk = tuple[int, float, float | None, int, int]
+Facts = tuple[float, RunningTrial, int, float, float, float, float | None, int, Risk]
 
 
 def _eligible_order(fact: Facts) -> tuple[float, int]:
@@ -71,8 +74,8 @@ class VictimFacts:
         return self._spread[trial.trial_id][2]
 
     def of(self, tenant: str, trials: tuple[RunningTrial, ...]) -> tuple[list[Facts], list[float]]:
-        """(eligible_at, trial, slots, attained, started_at, checkpoint base, period, rank) of
-        the preemptible trials, by the time they may be preempted; and those times."""
+        """(eligible_at, trial, slots, attained, started_at, checkpoint base, period, rank,
+        risk) of the preemptible trials, by the time they may be preempted; and those times."""
         cached = self._tenants.get(tenant)
         if cached is not None and cached[0] is trials:
             return cached[1], cached[2]
@@ -94,15 +97,18 @@ class VictimFacts:
             base = (
                 trial.started_at if trial.last_checkpoint_at is None else trial.last_checkpoint_at
             )
+            slots = trial.request.num_slots
+            rank = trial.priority.rank
             fact = (
                 trial.started_at + protect,
                 trial,
-                trial.request.num_slots,
+                slots,
                 trial.attained_service,
                 trial.started_at,
                 base,
                 trial.checkpoint_every_s,
-                trial.priority.rank,
+                rank,
+                (slots, base, trial.checkpoint_every_s, rank, trial.num_preemptions),
             )
             if len(known) > 100_000:
                 known.clear()
@@ -124,17 +130,25 @@ class VictimFacts:
         until = facts[split][0] if split < len(facts) else math.inf
         ready: list[RunningTrial] = []
         band: dict[int, int] = {}
-        risk: dict[int, tuple[int, float, float | None]] = {}
+        risk: dict[int, Risk] = {}
         lowest_rank, highest_band = 10**9, -1
-        for _, trial, slots, attained, started, base, period, rank in facts[:split]:
-            level = bisect.bisect_right(thresholds, attained + slots * (now - started))
-            if level < len(thresholds) and slots:
-                until = min(until, started + (thresholds[level] - attained) / slots)
-            band[trial.trial_id] = level
-            risk[trial.trial_id] = (slots, base, period)
+        bands = len(thresholds)
+        bisect_right = bisect.bisect_right
+        for i in range(split):
+            _, trial, slots, attained, started, _, _, rank, at_risk = facts[i]
+            level = bisect_right(thresholds, attained + slots * (now - started))
+            if level < bands and slots:
+                ends = started + (thresholds[level] - attained) / slots
+                if ends < until:
+                    until = ends
+            trial_id = trial.trial_id
+            band[trial_id] = level
+            risk[trial_id] = at_risk
             ready.append(trial)
-            lowest_rank = min(lowest_rank, rank)
-            highest_band = max(highest_band, level)
+            if rank < lowest_rank:
+                lowest_rank = rank
+            if level > highest_band:
+                highest_band = level
         state = TenantVictims(
             ready=ready,
             young=[(f[0], f[1]) for f in facts[split:]],
@@ -156,8 +170,9 @@ class TenantVictims:
     ready: list[RunningTrial]
     young: list[tuple[float, RunningTrial]]
     band: dict[int, int]
-    # trial id -> (slots, checkpoint base, checkpoint period): the work at risk at any time
-    risk: dict[int, tuple[int, float, float | None]]
+    # trial id -> (slots, checkpoint base, checkpoint period, priority rank, preemptions): the
+    # work at risk at any time and the lender order
+    risk: dict[int, Risk]
     weakest: tuple[int, int] | None
     since: float
     until: float
