@@ -225,15 +225,16 @@ class Preemptor:
         return victims
 
     def _lenders_rule(self, claimant: str, below: int) -> Callable[[RunningTrial, int], bool]:
-        """Whether a victim may be taken for ``claimant``: another tenant's trial whose tenant
+        """Whether a victim may be taken for ``claimant``: another tenant's trial, not yet
+        chosen, whose tenant
         stays at or above its guarantee (less ``below``) without it and ``taken`` more
         slots. Valid while no victim is committed: each claim makes its own."""
         slack: dict[str, int] = {}
-        used, claimed, share = self._used, self._taken, self._share
+        used, claimed, share, chosen = self._used, self._taken, self._share, self._chosen
 
         def allowed(victim: RunningTrial, taken: int) -> bool:
             tenant = victim.tenant
-            if tenant == claimant:
+            if tenant == claimant or victim.trial_id in chosen:
                 return False
             left = slack.get(tenant)
             if left is None:
@@ -316,8 +317,14 @@ class Preemptor:
                     self._facts,
                 )
             own = state.as_own
+            chosen = self._chosen
             victims = self._choose(
-                trial, pool, own, lambda victim, taken: self._lower(victim, trial, band)
+                trial,
+                pool,
+                own,
+                lambda victim, taken: (
+                    victim.trial_id not in chosen and self._lower(victim, trial, band)
+                ),
             )
         if victims is None:
             self._failed_displace.add(tenant)
@@ -345,12 +352,8 @@ class Preemptor:
         check: Callable[[Sequence[RunningTrial]], bool] | None = None,
     ) -> tuple[RunningTrial, ...] | None:
         """Victims among ``candidates`` (in preference order) that ``allowed`` admits (and
-        ``check`` accepts as a whole)."""
-
-        chosen = self._chosen
-
-        def ok(victim: RunningTrial, taken: int) -> bool:
-            return victim.trial_id not in chosen and allowed(victim, taken)
+        ``check`` accepts as a whole); ``allowed`` refuses the trials already chosen."""
+        ok = allowed
 
         need = trial.request.num_slots
         have = pool.total_free + self._incoming_total

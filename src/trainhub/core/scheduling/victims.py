@@ -69,10 +69,6 @@ class VictimFacts:
             self._spread[trial.trial_id] = known
         return known[1]
 
-    def most_on_a_node(self, trial: RunningTrial) -> int:
-        self.spread(trial)
-        return self._spread[trial.trial_id][2]
-
     def of(self, tenant: str, trials: tuple[RunningTrial, ...]) -> tuple[list[Facts], list[float]]:
         """(eligible_at, trial, slots, attained, started_at, checkpoint base, period, rank,
         risk) of the preemptible trials, by the time they may be preempted; and those times."""
@@ -238,7 +234,17 @@ class Candidates:
     """Victim candidates in preference order, with their GPUs per node, for one pass."""
 
     def __init__(self, trials: list[RunningTrial], facts: VictimFacts) -> None:
-        spread = facts.spread
-        self.items = [(trial, spread(trial)) for trial in trials]
+        known = facts._spread
+        items: list[tuple[RunningTrial, list[tuple[str, int]]]] = []
+        most = 0
+        for trial in trials:
+            seen = known.get(trial.trial_id)
+            if seen is None or seen[0] is not trial:
+                facts.spread(trial)
+                seen = known[trial.trial_id]
+            items.append((trial, seen[1]))
+            if seen[2] > most:
+                most = seen[2]
+        self.items = items
         # the most GPUs one candidate holds on one node
-        self.most_gpus = max((facts.most_on_a_node(t) for t in trials), default=0)
+        self.most_gpus = most
