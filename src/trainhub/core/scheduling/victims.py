@@ -37,11 +37,9 @@ class PreemptionRules:
 # a running trial's work at risk and lender order, fixed for its attempt: (slots, checkpoint
 # base, checkpoint period, priority rank, earlier preemptions)
 Risk = tuple[int, float, float | None, int, int]
-Facts = tuple[float, RunningTrial, int, float, float, float, float | None, int, Risk]
-
-
-def _eligible_order(fact: Facts) -> tuple[float, int]:
-    return fact[0], fact[1].trial_id
+# (eligible_at, trial id, trial, ...): plain tuple order is the order of eligibility (ids
+# are unique, so the comparison never reaches the trial)
+Facts = tuple[float, int, RunningTrial, int, float, float, float, float | None, int, Risk]
 
 
 class VictimFacts:
@@ -70,8 +68,8 @@ class VictimFacts:
         return known[1]
 
     def of(self, tenant: str, trials: tuple[RunningTrial, ...]) -> tuple[list[Facts], list[float]]:
-        """(eligible_at, trial, slots, attained, started_at, checkpoint base, period, rank,
-        risk) of the preemptible trials, by the time they may be preempted; and those times."""
+        """(eligible_at, trial id, trial, slots, attained, started_at, checkpoint base, period,
+        rank, risk) of the preemptible trials, by the time they may be preempted; and those times."""
         cached = self._tenants.get(tenant)
         if cached is not None and cached[0] is trials:
             return cached[1], cached[2]
@@ -83,7 +81,7 @@ class VictimFacts:
                 continue
             # a trial's facts are fixed for its attempt: most tenants change by a few trials
             seen = known.get(trial.trial_id)
-            if seen is not None and seen[1] is trial:
+            if seen is not None and seen[2] is trial:
                 facts.append(seen)
                 continue
             protect = rules.min_run_time_s
@@ -97,6 +95,7 @@ class VictimFacts:
             rank = trial.priority.rank
             fact = (
                 trial.started_at + protect,
+                trial.trial_id,
                 trial,
                 slots,
                 trial.attained_service,
@@ -110,7 +109,7 @@ class VictimFacts:
                 known.clear()
             known[trial.trial_id] = fact
             facts.append(fact)
-        facts.sort(key=_eligible_order)
+        facts.sort()
         eligible = [f[0] for f in facts]
         self._tenants[tenant] = (trials, facts, eligible)
         return facts, eligible
@@ -131,13 +130,12 @@ class VictimFacts:
         bands = len(thresholds)
         bisect_right = bisect.bisect_right
         for i in range(split):
-            _, trial, slots, attained, started, _, _, rank, at_risk = facts[i]
+            _, trial_id, trial, slots, attained, started, _, _, rank, at_risk = facts[i]
             level = bisect_right(thresholds, attained + slots * (now - started))
             if level < bands and slots:
                 ends = started + (thresholds[level] - attained) / slots
                 if ends < until:
                     until = ends
-            trial_id = trial.trial_id
             band[trial_id] = level
             risk[trial_id] = at_risk
             ready.append(trial)
@@ -147,7 +145,7 @@ class VictimFacts:
                 highest_band = level
         state = TenantVictims(
             ready=ready,
-            young=[(f[0], f[1]) for f in facts[split:]],
+            young=[(f[0], f[2]) for f in facts[split:]],
             band=band,
             risk=risk,
             weakest=(lowest_rank, highest_band) if ready else None,
