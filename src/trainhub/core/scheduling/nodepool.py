@@ -339,8 +339,7 @@ class NodePool:
                 int((tc + _EPS) // c) if c else 10**9,
                 int((tm + _EPS) // m) if m and math.isfinite(tm) else 10**9,
             )
-            if ranks > most:
-                most = ranks
+            most = max(most, ranks)
         return most
 
     # -- views -------------------------------------------------------------------------------

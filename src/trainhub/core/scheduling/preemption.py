@@ -7,7 +7,9 @@ guarantee may reclaim (``fair.entitled``; its trial may take it past the guarant
 cannot be split), and only from tenants that stay at or above their own guarantee without the
 victim: whoever is preempted was borrowing and cannot claim the capacity back, and a tenant that
 went past its guarantee with its last gang cannot lose that gang to a claim, so tenants cannot
-ping-pong.
+ping-pong. The one exception (ADR 0018): a gang that goes past its tenant's guarantee by no
+more than the tenant is still owed may take lenders, then tenants exactly at their guarantee,
+below their guarantees by that overshoot in all.
 
 *Displace* works inside one tenant: a waiting trial may preempt a running trial of its own
 tenant with a lower priority, or with the same priority and a higher attained-service band
@@ -78,11 +80,15 @@ class Preemptor:
         self._states: dict[str, TenantVictims] = {}
         # per tenant: (lowest priority rank, highest band) among the trials ready to preempt
         self._weakest: dict[str, tuple[int, int]] = {}
-        # the smallest claim that already failed this pass (a larger one fails too)
-        self._failed_reclaim: int | None = None
+        # (size, overshoot) of the smallest claim that already failed this pass: a larger
+        # one with no more overshoot fails too
+        self._failed_reclaim: tuple[int, int] | None = None
         # tenants above their guarantee, and their preemptible trials in victim order
         self._lenders: list[str] | None = None
         self._lent: Candidates | None = None
+        self._over: set[str] = set()
+        # lenders' and near tenants' trials for gangs with an overshoot, by the near tenants
+        self._near_lent: dict[tuple[str, ...], Candidates] = {}
         self._failed_incoming: int | None = None
         # tenants whose best waiting trial could not displace anything: the others cannot either
         self._failed_displace: set[str] = set()
@@ -183,14 +189,17 @@ class Preemptor:
         """Victims borrowed from other tenants that make room for ``trial``, or None.
 
         The tenant furthest above its guarantee (per weight) is asked first, alone; only if
-        its trials cannot make room are all lenders' trials considered together.
+        its trials cannot make room are all lenders' trials considered together. A gang with
+        an ``overshoot`` (FairShareConfig.gang_overshoot) may then take lenders, and tenants
+        exactly at their guarantee, below their guarantees by that many slots in all.
         """
         size = trial.request.num_slots
-        if self._left <= 0 or (self._failed_reclaim is not None and size >= self._failed_reclaim):
+        failed = self._failed_reclaim
+        if self._left <= 0 or (failed is not None and size >= failed[0] and overshoot <= failed[1]):
             return None
         claimant = trial.tenant
         plain = not trial.request.node_labels
-        if plain and self._memo.reclaim_fails(claimant, size, self._now):
+        if plain and self._memo.reclaim_fails(claimant, size, overshoot, self._now):
             return None
         if self._lenders is None:
             over = {
@@ -199,6 +208,7 @@ class Preemptor:
                 if held > self._share(tenant).guaranteed_slots
             }
             self._lenders = sorted(over, key=lambda t: (-over[t], t))
+            self._over = set(over)
 
         allowed = self._lenders_rule(claimant, 0)
         others = [t for t in self._lenders if t != claimant]
@@ -207,22 +217,52 @@ class Preemptor:
             victims = self._choose(trial, pool, self._lender(others[0]), allowed)
         if victims is None and len(others) > 1:
             victims = self._choose(trial, pool, self._all_lent(), allowed)
-        if victims is None and overshoot > 0 and others:
-            # a gang larger than what its tenant is still owed: lenders may go below their
-            # guarantee by at most what the gang goes past the claimant's, all lenders together
-            relaxed = self._lenders_rule(claimant, overshoot)
+        near: list[str] = []
+        if victims is None and overshoot > 0:
+            # a gang larger than what its tenant is still owed: other tenants may go below
+            # their guarantee by at most what the gang goes past the claimant's, all together.
+            # Lenders are asked first, then the tenants exactly at their guarantee (where
+            # nobody borrows, a gang that needs a whole node would otherwise wait for one to
+            # drain on its own); tenants already below their guarantee are never asked
+            near = [
+                tenant
+                for tenant, held in self._used.items()
+                if tenant != claimant
+                and tenant not in self._over
+                and held - self._taken.get(tenant, 0) >= self._share(tenant).guaranteed_slots
+            ]
+            if others or near:
+                relaxed = self._lenders_rule(claimant, overshoot)
 
-            def within(victims: Sequence[RunningTrial]) -> bool:
-                return self._deficit_caused(victims) <= overshoot
+                def within(victims: Sequence[RunningTrial]) -> bool:
+                    return self._deficit_caused(victims) <= overshoot
 
-            victims = self._choose(trial, pool, self._all_lent(), relaxed, within)
+                victims = self._choose(trial, pool, self._relaxed(near), relaxed, within)
         if victims is None:
-            young = [at for tenant in others for at, _ in self._young.get(tenant, ())]
+            young = [at for tenant in (*others, *near) for at, _ in self._young.get(tenant, ())]
             self._note_young(young)
             if plain:
-                self._failed_reclaim = size
-                self._memo.reclaim_failed(claimant, size, min(young, default=math.inf))
+                self._failed_reclaim = (size, overshoot)
+                self._memo.reclaim_failed(claimant, size, overshoot, min(young, default=math.inf))
         return victims
+
+    def _relaxed(self, near: Sequence[str]) -> Candidates:
+        """The lenders' trials (:meth:`_all_lent`), then those of the tenants ``near`` (at
+        their guarantee), in lender order."""
+        key = tuple(sorted(near))
+        known = self._near_lent.get(key)
+        if known is None:
+            lent = self._all_lent() if self._lenders else Candidates([], self._facts)
+            if not near:
+                return lent
+            extra = [v for tenant in key for v in self._tenant(tenant)]
+            keys = self._lender_keys(extra)
+            order = sorted(range(len(extra)), key=keys.__getitem__)
+            known = Candidates(
+                [trial for trial, _ in lent.items] + [extra[i] for i in order], self._facts
+            )
+            self._near_lent[key] = known
+        return known
 
     def _lenders_rule(self, claimant: str, below: int) -> Callable[[RunningTrial, int], bool]:
         """Whether a victim may be taken for ``claimant``: another tenant's trial, not yet

@@ -69,7 +69,8 @@ class VictimFacts:
 
     def of(self, tenant: str, trials: tuple[RunningTrial, ...]) -> tuple[list[Facts], list[float]]:
         """(eligible_at, trial id, trial, slots, attained, started_at, checkpoint base, period,
-        rank, risk) of the preemptible trials, by the time they may be preempted; and those times."""
+        rank, risk) of the preemptible trials, by the time they may be preempted; and those
+        times."""
         cached = self._tenants.get(tenant)
         if cached is not None and cached[0] is trials:
             return cached[1], cached[2]
@@ -134,14 +135,14 @@ class VictimFacts:
             level = bisect_right(thresholds, attained + slots * (now - started))
             if level < bands and slots:
                 ends = started + (thresholds[level] - attained) / slots
-                if ends < until:
+                if ends < until:  # noqa: PLR1730 (a hot loop: no call)
                     until = ends
             band[trial_id] = level
             risk[trial_id] = at_risk
             ready.append(trial)
-            if rank < lowest_rank:
+            if rank < lowest_rank:  # noqa: PLR1730 (a hot loop: no call)
                 lowest_rank = rank
-            if level > highest_band:
+            if level > highest_band:  # noqa: PLR1730 (a hot loop: no call)
                 highest_band = level
         state = TenantVictims(
             ready=ready,
@@ -185,8 +186,9 @@ class ClaimMemo:
     depends on changes."""
 
     def __init__(self) -> None:
-        # claimant tenant -> (smallest failed size, until, every tenant's running trials, free)
-        self._reclaim: dict[str, tuple[int, float, tuple[object, ...], int]] = {}
+        # claimant tenant -> (smallest failed size, its overshoot, until, every tenant's running
+        # trials, free): a claim no smaller with no more overshoot fails too
+        self._reclaim: dict[str, tuple[int, int, float, tuple[object, ...], int]] = {}
         # (tenant, priority rank, band) -> (until, the tenant's running trials, free)
         self._displace: dict[tuple[str, int, int], tuple[float, object, int]] = {}
         self._running: RunningTable | None = None
@@ -204,17 +206,28 @@ class ClaimMemo:
     def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
         return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
-    def reclaim_fails(self, tenant: str, size: int, now: float) -> bool:
+    def reclaim_fails(self, tenant: str, size: int, overshoot: int, now: float) -> bool:
         known = self._reclaim.get(tenant)
-        if known is None or size < known[0] or now >= known[1] or self._free > known[3]:
+        if (
+            known is None
+            or size < known[0]
+            or overshoot > known[1]
+            or now >= known[2]
+            or self._free > known[4]
+        ):
             return False
-        return self._same(self._everyone(), known[2])
+        return self._same(self._everyone(), known[3])
 
-    def reclaim_failed(self, tenant: str, size: int, until: float) -> None:
+    def reclaim_failed(self, tenant: str, size: int, overshoot: int, until: float) -> None:
         known = self._reclaim.get(tenant)
         everyone = self._everyone()
-        if known is None or size < known[0] or not self._same(known[2], everyone):
-            self._reclaim[tenant] = (size, until, everyone, self._free)
+        if (
+            known is None
+            or size < known[0]
+            or overshoot > known[1]
+            or not self._same(known[3], everyone)
+        ):
+            self._reclaim[tenant] = (size, overshoot, until, everyone, self._free)
 
     def displace_fails(self, key: tuple[str, int, int], now: float) -> bool:
         known = self._displace.get(key)
@@ -241,7 +254,7 @@ class Candidates:
                 facts.spread(trial)
                 seen = known[trial.trial_id]
             items.append((trial, seen[1]))
-            if seen[2] > most:
+            if seen[2] > most:  # noqa: PLR1730 (a hot loop: no call)
                 most = seen[2]
         self.items = items
         # the most GPUs one candidate holds on one node
