@@ -10,6 +10,7 @@ from trainhub.core.scheduling import (
     FairShareConfig,
     FairSharePolicy,
     Pending,
+    Preempt,
     Start,
     TenantShare,
 )
@@ -422,6 +423,12 @@ def test_a_single_node_gang_may_take_a_tenant_at_its_guarantee_below_it_by_its_o
     )
     # the gang goes 4 past a's guarantee, so b may go 4 below its own: n1 is emptied
     assert preempted(out) == ({20, 21, 22, 23} if overshoot else set())
+    if overshoot:
+        reasons = {d.reason for d in out if isinstance(d, Preempt)}
+        assert reasons == {
+            "tenant a, below its guarantee of 8 GPUs, runs a gang that needs it 4 GPU(s) past "
+            "it; tenant b gives up to as many below its own guarantee"
+        }
 
 
 def test_cooldown_grows_with_each_preemption_of_a_trial() -> None:
