@@ -259,7 +259,7 @@ class Preemptor:
             keys = self._lender_keys(extra)
             order = sorted(range(len(extra)), key=keys.__getitem__)
             known = Candidates(
-                [trial for trial, _ in lent.items] + [extra[i] for i in order], self._facts
+                [trial for trial, _, _ in lent.items] + [extra[i] for i in order], self._facts
             )
             self._near_lent[key] = known
         return known
@@ -399,7 +399,7 @@ class Preemptor:
         have = pool.total_free + self._incoming_total
         if trial.request.gpus_per_worker and have < need:
             # cheap bound first: all the allowed victims together must free enough
-            for victim, _ in candidates.items:
+            for victim, _, _ in candidates.items:
                 if ok(victim, 0):
                     have += victim.request.num_slots
                     if have >= need:
@@ -474,9 +474,11 @@ class Preemptor:
         most = pool.largest_free() + max(self._incoming.values(), default=0) + candidates.most_gpus
         if request.gpus_per_worker and most < need:
             return None
+        # a victim needs this many GPUs on one node to make room there (room_with below)
+        least = need - (most - candidates.most_gpus) if request.gpus_per_worker else 0
         fits_whole: dict[str, bool] = {}
-        for victim, per_node in candidates.items:
-            if victim.request.num_slots > need or not allowed(victim, 0):
+        for victim, per_node, here in candidates.items:
+            if here < least or victim.request.num_slots > need or not allowed(victim, 0):
                 continue
             for node_id, gpus in per_node:
                 whole = fits_whole.get(node_id)
@@ -505,7 +507,7 @@ class Preemptor:
         chosen: dict[str, list[RunningTrial]] = {}
         taken: dict[str, dict[str, int]] = {}
         fits_whole: dict[str, bool] = {}
-        for victim, per_node in candidates.items:
+        for victim, per_node, _ in candidates.items:
             for node_id, gpus in per_node:
                 whole = fits_whole.get(node_id)
                 if whole is None:
@@ -542,7 +544,7 @@ class Preemptor:
         hypothetical = self._with_incoming(pool)
         chosen: list[RunningTrial] = []
         taken: dict[str, int] = {}
-        for victim, _ in candidates.items:
+        for victim, _, _ in candidates.items:
             if len(chosen) >= self._left:
                 return None
             if not allowed(victim, taken.get(victim.tenant, 0)):

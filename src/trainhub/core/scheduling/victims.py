@@ -246,14 +246,15 @@ class Candidates:
 
     def __init__(self, trials: list[RunningTrial], facts: VictimFacts) -> None:
         known = facts._spread
-        items: list[tuple[RunningTrial, list[tuple[str, int]]]] = []
+        # (trial, (node, GPUs) per node, the most GPUs it holds on one node)
+        items: list[tuple[RunningTrial, list[tuple[str, int]], int]] = []
         most = 0
         for trial in trials:
             seen = known.get(trial.trial_id)
             if seen is None or seen[0] is not trial:
                 facts.spread(trial)
                 seen = known[trial.trial_id]
-            items.append((trial, seen[1]))
+            items.append((trial, seen[1], seen[2]))
             if seen[2] > most:  # noqa: PLR1730 (a hot loop: no call)
                 most = seen[2]
         self.items = items
