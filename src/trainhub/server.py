@@ -227,7 +227,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
     )
     registry = RegistryService(uow, SqlModelStore(engine), store, clock)
-    experiments.resolve_model = registry.pin_init_from
+    experiments.resolve_model = registry.pin_sources
     services = Services(
         uow=uow,
         clock=clock,

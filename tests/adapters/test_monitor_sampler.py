@@ -55,7 +55,7 @@ def test_a_trial_process_tree_is_attributed_to_its_trial() -> None:
         trials = sampler.sample().trials
         assert 4242 in trials
         cpu_pct, rss_gb = trials[4242]
-        assert cpu_pct > 20.0
+        assert cpu_pct > 1.0  # a busy loop; on a loaded machine it may get little of a core
         assert rss_gb > 0.001
     finally:
         child.kill()

@@ -80,7 +80,7 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
     monitoring.refresh([n.node_id for n in NODES])
     # and the model registry, wired into submit as the server does
     registry = RegistryService(uow, SqlModelStore(engine), store, system_clock)
-    experiments.resolve_model = registry.pin_init_from
+    experiments.resolve_model = registry.pin_sources
     services = Services(
         uow=uow,
         clock=system_clock,

@@ -1,4 +1,8 @@
-"""``GET /trials/{id}/teacher-weights``: a student trial reads its teacher, and nothing else."""
+"""``GET /trials/{id}/teacher-weights``: a student trial reads its teacher, and nothing else.
+
+The teacher is a trial of the same tenant (``trial:ID``) or a registered model the tenant owns
+or is shared (``NAME[:VERSION]``), checked and pinned at submit by the model registry, as
+``model.init_from`` is."""
 
 from __future__ import annotations
 
@@ -49,8 +53,8 @@ def test_a_teacher_that_cannot_be_had_is_refused_at_submit_with_its_field(bapi: 
     alice = bapi.user("alice", "vision")
     unsaved = submit(bapi, alice).json()["trials"][0]["id"]
     for teacher, message in (
-        (f"trial:{secret}", "does not exist in this tenant"),
-        ("trial:999", "does not exist in this tenant"),
+        (f"trial:{secret}", "does not exist in tenant 'vision'"),
+        ("trial:999", "does not exist in tenant 'vision'"),
         (f"trial:{unsaved}", "has no checkpoint yet"),
     ):
         r = submit(bapi, alice, spec(teacher))
@@ -74,3 +78,61 @@ def test_a_trial_without_distill_gets_no_teacher_and_its_runtime_says_so(
     ref = parse_teacher("trial:1")
     with pytest.raises(TeacherError, match=r"may not read it \(trial \d+ distils from no teacher"):
         fetch_teacher_weights(served.url, token, plain, ref)
+
+
+def test_a_registered_teacher_is_pinned_at_submit_and_fetched_by_the_students_runtime(
+    served: Served,
+) -> None:
+    api = served.api
+    alice = api.user("alice", "vision")
+    vadmin = api.user("vera", "vision", "admin")
+    bob = api.user("bob", "speech")
+    source = submit(api, alice).json()["trials"][0]["id"]
+    checkpoint(api, source, start_attempt(api, source), 3, b"teacher weights v1")
+    r = api.client.post(
+        "/api/v1/models", json={"trial_id": source, "name": "teach"}, headers=api.headers(alice)
+    )
+    assert r.status_code == 201, r.text
+    # a name is pinned to its latest version in the stored spec, as model.init_from is
+    r = submit(api, alice, spec("teach"))
+    assert r.status_code == 201, r.text
+    detail = api.client.get(
+        f"/api/v1/experiments/{r.json()['id']}", headers=api.headers(alice)
+    ).json()
+    assert detail["spec"]["distill"]["teacher"] == "vision/teach:1"
+    student = r.json()["trials"][0]["id"]
+    headers = start_attempt(api, student)
+    token = headers["Authorization"].split()[1]
+    fetched = fetch_teacher_weights(served.url, token, student, parse_teacher("vision/teach:1"))
+    assert fetched == b"teacher weights v1"
+    # another tenant cannot distil from a model not shared with it, in any spelling
+    for teacher, message in (
+        ("teach", "does not exist"),
+        ("vision/teach:1", "is not shared with tenant 'speech'"),
+        ("teach:7", "does not exist"),
+    ):
+        r = submit(api, bob, spec(teacher))
+        assert r.status_code == 422, (teacher, r.text)
+        (error,) = r.json()["errors"]
+        assert error["path"] == "distill.teacher"
+        assert message in error["message"], error
+    r = submit(api, alice, spec("teach:7"))
+    assert r.status_code == 422
+    assert "no version 7" in r.json()["errors"][0]["message"]
+    # shared by a tenant admin: speech distils from it; unshared: the next fetch is refused
+    r = api.client.put("/api/v1/models/teach/shares/speech", headers=api.headers(vadmin))
+    assert r.status_code == 200, r.text
+    r = submit(api, bob, spec("vision/teach"))
+    assert r.status_code == 201, r.text
+    theirs = r.json()["trials"][0]["id"]
+    their_headers = start_attempt(api, theirs)
+    r = api.client.get(f"/api/v1/trials/{theirs}/teacher-weights", headers=their_headers)
+    assert r.status_code == 200, r.text
+    assert r.content == b"teacher weights v1"
+    # the student's token reads its teacher, not another trial's
+    r = api.client.get(f"/api/v1/trials/{theirs}/teacher-weights", headers=headers)
+    assert r.status_code == 404
+    api.client.delete("/api/v1/models/teach/shares/speech", headers=api.headers(vadmin))
+    r = api.client.get(f"/api/v1/trials/{theirs}/teacher-weights", headers=their_headers)
+    assert r.status_code == 404
+    assert "is not shared with tenant 'speech'" in r.json()["message"]

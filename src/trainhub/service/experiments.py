@@ -58,7 +58,6 @@ from trainhub.service.records import (
     TrialUpdate,
 )
 from trainhub.service.repository import ExperimentStore, TrialStore, UnitOfWork
-from trainhub.service.teachers import check_teacher
 from trainhub.service.trial_writes import write_trial
 
 log = logging.getLogger(__name__)
@@ -145,7 +144,7 @@ class ExperimentService:
         self.cluster_nodes = cluster_nodes
         # told before an experiment's trials are canceled: its search makes no more trials
         self.on_cancel: Callable[[int], None] = lambda experiment_id: None
-        # checks and pins the spec's model.init_from (service/registry.py wires it)
+        # checks and pins model.init_from and distill.teacher (service/registry.py wires it)
         self.resolve_model: Callable[[Principal, str, ExperimentSpec], ExperimentSpec] = (
             _no_registry
         )
@@ -176,7 +175,6 @@ class ExperimentService:
             )
         check_fits_cluster(spec.resources, self._nodes())
         spec = self.resolve_model(principal, tenant_name, spec)
-        check_teacher(self.uow, tenant_name, spec)
         assert principal.user_id is not None
         key = None
         size = 0
@@ -378,10 +376,17 @@ class ExperimentService:
 
 
 def _no_registry(principal: Principal, tenant: str, spec: ExperimentSpec) -> ExperimentSpec:
-    if spec.model.init_from is not None:
-        raise InvalidSpec(
-            [FieldError("model.init_from", "this server has no model registry", "ask an admin")]
+    named = [
+        path
+        for path, value in (
+            ("model.init_from", spec.model.init_from),
+            ("distill.teacher", spec.distill.teacher if spec.distill else None),
         )
+        if value is not None
+    ]
+    if named:
+        missing = "this server has no model registry"
+        raise InvalidSpec([FieldError(path, missing, "ask an admin") for path in named])
     return spec
 
 

@@ -8,10 +8,11 @@ data, and the version it was compressed from). Members of the owning tenant read
 its tenant admins share a model with other tenants, whose members may then read it and start
 trainings from it; cluster admins see all (docs/adr/0015-model-registry.md).
 
-A spec's ``model.init_from`` is resolved here at submit (:meth:`pin_init_from`): a name is
-pinned to its latest version, a model the submitting tenant cannot see is refused with the
-field's path. The trial's runtime then downloads the weights with its own token
-(:meth:`init_weights`), checked again.
+A spec's ``model.init_from`` and ``distill.teacher`` are resolved here at submit
+(:meth:`pin_sources`, one lookup for both): a name is pinned to its latest version, a model
+the submitting tenant cannot see (or a trial of another tenant) is refused with the field's
+path. The trial's runtime then downloads the weights with its own token (:meth:`init_weights`,
+:meth:`teacher_weights`), checked again.
 """
 
 from __future__ import annotations
@@ -331,75 +332,129 @@ class RegistryService:
         self.models.set_share(model.id, tenant, shared)
         return self.get_model(principal, name, model.tenant)
 
-    # --- starting a training from a model ---
+    # --- starting a training from a model, distilling from a teacher ---
 
-    def pin_init_from(
+    def pin_sources(
         self, principal: Principal, tenant: str, spec: ExperimentSpec
     ) -> ExperimentSpec:
-        """Check the spec's ``model.init_from`` for a submission into ``tenant`` and pin a
-        name to its latest version (``TENANT/NAME:VERSION``); 422 with the field's path when
-        the model or trial does not exist or ``tenant`` may not read it."""
-        ref = spec.model.ref
-        if ref is None:
-            return spec
-        if ref.trial_id is not None:
-            self._trial_source(ref.trial_id, tenant, principal)
-            return spec
-        try:
-            model = self._find(ref, [tenant], f" or is not shared with tenant {tenant!r}")
-            version = self._version(model, ref.version)
-        except (NotFound, InvalidRequest) as exc:
-            raise InvalidSpec(
-                [FieldError("model.init_from", exc.message, exc.hint or "see `trainhub models ls`")]
-            ) from None
-        pinned = spec.model.model_copy(update={"init_from": version.ref})
-        return spec.model_copy(update={"model": pinned})
-
-    def _trial_source(self, trial_id: int, tenant: str, principal: Principal | None) -> Checkpoint:
-        def refuse(message: str, hint: str = "") -> InvalidSpec:
-            return InvalidSpec([FieldError("model.init_from", message, hint)])
-
-        with self.uow() as repo:
-            trial = repo.get_trial(trial_id)
-            visible = trial is not None and trial.tenant == tenant
-            if visible and principal is not None and trial is not None:
-                try:
-                    check_read(principal, trial.tenant, f"trial {trial_id}")
-                except NotFound:
-                    visible = False
-            if not visible:
-                raise refuse(
-                    f"trial {trial_id} does not exist in tenant {tenant!r}",
-                    "a trial of another tenant starts nothing: register it and share the model",
-                )
-            checkpoint = _latest_checkpoint(repo.list_checkpoints(trial_id))
-        if checkpoint is None:
-            raise refuse(f"trial {trial_id} has no checkpoint", "pick a trial that saved one")
-        return checkpoint
+        """Check the weights a submission into ``tenant`` names (``model.init_from``,
+        ``distill.teacher``) and pin a model name to its latest version
+        (``TENANT/NAME:VERSION``); 422 with the field's path when the model or trial does not
+        exist or ``tenant`` may not read it."""
+        for field_path in WEIGHTS_FIELDS:
+            ref = source_ref(spec, field_path)
+            if ref is not None:
+                found = self._source(ref, tenant, principal, field_path)
+                spec = _pinned(spec, field_path, found.ref)
+        return spec
 
     def init_weights(self, principal: Principal, trial_id: int) -> tuple[int, Iterator[bytes]]:
         """The weights trial ``trial_id`` starts from (its spec's ``model.init_from``), for its
         own runtime (or a reader of its tenant): size and chunks."""
+        return self.trial_weights(principal, trial_id, "model.init_from")
+
+    def teacher_weights(self, principal: Principal, trial_id: int) -> tuple[int, Iterator[bytes]]:
+        """The weights of the teacher trial ``trial_id`` distils from (``distill.teacher``)."""
+        return self.trial_weights(principal, trial_id, "distill.teacher")
+
+    def trial_weights(
+        self, principal: Principal, trial_id: int, field_path: str
+    ) -> tuple[int, Iterator[bytes]]:
+        """The weights trial ``trial_id``'s spec names at ``field_path``, for its own runtime
+        (or a reader of its tenant), checked again (an unshare stops later downloads)."""
         with self.uow() as repo:
             trial = repo.get_trial(trial_id)
             if trial is None:
                 raise NotFound(f"trial {trial_id} does not exist")
             check_trial_scope(principal, trial_id, trial.tenant, write=False)
             spec = ExperimentSpec.model_validate(repo.experiment_of(trial_id).spec)
-        ref = spec.model.ref
+        ref = source_ref(spec, field_path)
         if ref is None:
-            raise NotFound(f"trial {trial_id} starts from no model (its spec has no init_from)")
+            raise NotFound(f"trial {trial_id} {_NOTHING_AT[field_path]}")
         try:
-            if ref.trial_id is not None:
-                checkpoint = self._trial_source(ref.trial_id, trial.tenant, None)
-                return checkpoint.size_bytes, self.store.iter_chunks(checkpoint.storage_key)
-            model = self._find(
-                ref, [trial.tenant], f" or is no longer shared with {trial.tenant!r}"
-            )
-            version = self._version(model, ref.version)
+            found = self._source(ref, trial.tenant, None, field_path)
         except InvalidSpec as exc:
-            raise NotFound(exc.errors[0].message) from None
-        return version.size_bytes, self.store.iter_chunks(version.storage_key)
+            raise NotFound(exc.errors[0].message, exc.errors[0].hint) from None
+        return found.size_bytes, self.store.iter_chunks(found.storage_key)
+
+    def _source(
+        self, ref: ModelRef, tenant: str, principal: Principal | None, field_path: str
+    ) -> WeightsSource:
+        """The weights ``ref`` names for a trial of ``tenant``: a version of a model ``tenant``
+        owns or is shared, or the latest checkpoint of a trial of ``tenant`` (that
+        ``principal``, if given, reads).
+
+        Raises:
+            InvalidSpec: at ``field_path``, saying why ``ref`` cannot be had.
+        """
+
+        def refuse(message: str, hint: str) -> InvalidSpec:
+            return InvalidSpec([FieldError(field_path, message, hint)])
+
+        if ref.trial_id is not None:
+            with self.uow() as repo:
+                trial = repo.get_trial(ref.trial_id)
+                visible = trial is not None and trial.tenant == tenant
+                if visible and principal is not None:
+                    try:
+                        check_read(principal, tenant, f"trial {ref.trial_id}")
+                    except NotFound:
+                        visible = False
+                if not visible:
+                    raise refuse(
+                        f"trial {ref.trial_id} does not exist in tenant {tenant!r}",
+                        "a trial of another tenant is not reachable: register it as a model "
+                        "and share it",
+                    )
+                checkpoint = _latest_checkpoint(repo.list_checkpoints(ref.trial_id))
+            if checkpoint is None:
+                raise refuse(
+                    f"trial {ref.trial_id} has no checkpoint yet", "pick a trial that saved one"
+                )
+            return WeightsSource(str(ref), checkpoint.size_bytes, checkpoint.storage_key)
+        try:
+            model = self._find(ref, [tenant], f" or is not shared with tenant {tenant!r}")
+            version = self._version(model, ref.version)
+        except (NotFound, InvalidRequest) as exc:
+            raise refuse(exc.message, exc.hint or "see `trainhub models ls`") from None
+        return WeightsSource(version.ref, version.size_bytes, version.storage_key)
+
+
+@dataclass(frozen=True)
+class WeightsSource:
+    """Where the weights a spec names are: ``ref`` pinned (``TENANT/NAME:VERSION`` or
+    ``trial:ID``), their size and storage key."""
+
+    ref: str
+    size_bytes: int
+    storage_key: str
+
+
+# the spec's fields that name weights a trial fetches: init-weights, teacher-weights
+WEIGHTS_FIELDS = ("model.init_from", "distill.teacher")
+_NOTHING_AT = {
+    "model.init_from": "starts from no model (its spec has no init_from)",
+    "distill.teacher": "distils from no teacher (no distill section)",
+}
+
+
+def source_ref(spec: ExperimentSpec, field_path: str) -> ModelRef | None:
+    """The weights the spec names at ``field_path`` (one of :data:`WEIGHTS_FIELDS`)."""
+    if field_path == "model.init_from":
+        return spec.model.ref
+    if spec.distill is None:
+        return None
+    teacher = spec.distill.teacher_ref
+    return ModelRef(
+        name=teacher.name, version=teacher.version, tenant=teacher.tenant, trial_id=teacher.trial_id
+    )
+
+
+def _pinned(spec: ExperimentSpec, field_path: str, ref: str) -> ExperimentSpec:
+    if field_path == "model.init_from":
+        return spec.model_copy(update={"model": spec.model.model_copy(update={"init_from": ref})})
+    assert spec.distill is not None
+    return spec.model_copy(update={"distill": spec.distill.model_copy(update={"teacher": ref})})
 
 
 def _ref(name: str, tenant: str | None) -> ModelRef:

@@ -36,7 +36,6 @@ from trainhub.service.records import (
     TrialUpdate,
 )
 from trainhub.service.repository import Repository, UnitOfWork
-from trainhub.service.teachers import TeacherMissing, teacher_checkpoint
 
 MAX_LOG_CHUNK_BYTES = 1024 * 1024
 _METRIC_NAME = re.compile(limits.METRIC_NAME_PATTERN)
@@ -488,30 +487,6 @@ class TrackingService:
             if checkpoint is None or (checkpoint.trial_id != trial_id and not restores):
                 raise NotFound(f"checkpoint {checkpoint_id} of trial {trial_id} does not exist")
         return checkpoint, self.store.iter_chunks(checkpoint.storage_key)
-
-    def teacher_chunks(self, principal: Principal, trial_id: int) -> tuple[int, Iterator[bytes]]:
-        """The weights of the teacher that trial ``trial_id``'s spec distils from, for its own
-        runtime (or a reader of its tenant): size and chunks.
-
-        ``distill.teacher: trial:ID`` is the latest checkpoint of that trial, which must belong
-        to the same tenant. A registered model (``NAME[:VERSION]``) is served by the model
-        registry's route.
-        """
-        with self.uow() as repo:
-            trial = _trial_for(repo, principal, trial_id, write=False)
-            section = repo.experiment_of(trial_id).spec.get("distill")
-            if not section:
-                raise NotFound(f"trial {trial_id} distils from no teacher (no distill section)")
-            teacher = str(section.get("teacher", ""))
-            try:
-                latest = teacher_checkpoint(repo, teacher, trial.tenant)
-            except TeacherMissing as exc:
-                raise NotFound(exc.message, exc.hint) from None
-            if latest is None:
-                raise NotFound(
-                    f"teacher {teacher} is a registered model: the model registry serves it"
-                )
-        return latest.size_bytes, self.store.iter_chunks(latest.storage_key)
 
     def checkpoint_data(self, principal: Principal, trial_id: int, checkpoint_id: int) -> bytes:
         _, chunks = self.checkpoint_chunks(principal, trial_id, checkpoint_id)

@@ -161,3 +161,18 @@ def init_weights(services: ServicesDep, principal: CurrentPrincipal, trial_id: T
         media_type="application/octet-stream",
         headers={"Content-Length": str(size)},
     )
+
+
+@weights_router.get(
+    "/{trial_id}/teacher-weights", response_class=Response, responses={**_FILE, **errors(404)}
+)
+def teacher_weights(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
+) -> Response:
+    """The weights of the teacher the trial's spec distils from (``distill.teacher``)."""
+    size, chunks = _registry(services).teacher_weights(principal, trial_id)
+    return StreamingResponse(
+        iterate_in_threadpool(chunks),
+        media_type="application/octet-stream",
+        headers={"Content-Length": str(size)},
+    )

@@ -222,26 +222,6 @@ def download_checkpoint(
     )
 
 
-@router.get(
-    "/{trial_id}/teacher-weights",
-    response_class=Response,
-    responses={
-        200: {"content": {"application/octet-stream": {}}, "description": "The weights."},
-        **errors(404),
-    },
-)
-def teacher_weights(
-    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
-) -> Response:
-    """The weights of the teacher the trial's spec distils from (``distill.teacher``)."""
-    size, chunks = services.tracking.teacher_chunks(principal, trial_id)
-    return StreamingResponse(
-        iterate_in_threadpool(chunks),
-        media_type="application/octet-stream",
-        headers={"Content-Length": str(size)},
-    )
-
-
 @router.get("/{trial_id}/signals", response_model=SignalsPublic, responses=errors(404))
 def get_signals(
     services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
