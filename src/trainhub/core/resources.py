@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from trainhub.core.spec import Placement, Resources
 
@@ -74,9 +75,10 @@ class ResourceRequest:
             memory_gb_per_worker=resources.memory_gb_per_worker or 0.0,
         )
 
-    @property
+    @cached_property
     def num_slots(self) -> int:
-        """Slots this request occupies: GPUs, or whole CPU cores when it uses no GPU."""
+        """Slots this request occupies: GPUs, or whole CPU cores when it uses no GPU (computed
+        once: schedulers read it in their inner loops)."""
         if self.gpus_per_worker:
             return self.num_workers * self.gpus_per_worker
         return max(1, round(self.num_workers * self.cpus_per_worker))

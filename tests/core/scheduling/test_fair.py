@@ -10,6 +10,7 @@ from trainhub.core.scheduling import (
     FairShareConfig,
     FairSharePolicy,
     Pending,
+    Preempt,
     Start,
     TenantShare,
 )
@@ -400,6 +401,34 @@ def test_a_gang_larger_than_its_guarantee_reclaims_past_lenders_guarantees_by_it
         tenants=tenants,
     )
     assert len(preempted(out)) == victims
+
+
+@pytest.mark.parametrize("overshoot", [True, False])
+def test_a_single_node_gang_may_take_a_tenant_at_its_guarantee_below_it_by_its_overshoot(
+    overshoot: bool,
+) -> None:
+    # nobody borrows: a (guarantee 8) holds 4 on n0, b (guarantee 8) holds its 8 on both
+    # nodes; a's 8-GPU pod needs a whole node, and n1's 4 free GPUs wait for it (openb's
+    # 8-GPU pods waited hours this way, ADR 0018's follow-up)
+    run = [running(i, "a", ["n0"], started_at=0.0) for i in range(1, 5)]
+    run += [running(10 + i, "b", ["n0"], started_at=0.0) for i in range(4)]
+    run += [running(20 + i, "b", ["n1"], started_at=0.0) for i in range(4)]
+    _, out = decide(
+        FairShareConfig(gang_overshoot=overshoot),
+        nodes=[node("n0", 8, free=0), node("n1", 8, free=4)],
+        run=run,
+        queue=[queued(100, "a", gpus=8, single_node=True, at=1000.0)],
+        now=1000.0,
+        tenants={"a": TenantShare(guaranteed_slots=8), "b": TenantShare(guaranteed_slots=8)},
+    )
+    # the gang goes 4 past a's guarantee, so b may go 4 below its own: n1 is emptied
+    assert preempted(out) == ({20, 21, 22, 23} if overshoot else set())
+    if overshoot:
+        reasons = {d.reason for d in out if isinstance(d, Preempt)}
+        assert reasons == {
+            "tenant a, below its guarantee of 8 GPUs, runs a gang that needs it 4 GPU(s) past "
+            "it; tenant b gives up to as many below its own guarantee"
+        }
 
 
 def test_cooldown_grows_with_each_preemption_of_a_trial() -> None:

@@ -240,9 +240,20 @@ class _FairPass:
     # -- the pass ----------------------------------------------------------------------------
 
     def run(self) -> DecisionList:
+        # every group's key (:meth:`_group_key`, inlined: hundreds of groups per pass)
+        now, interval, floor = self.now, self.config.aging_interval_s, math.floor
         for tenant in self.tenants.values():
-            tenant.heap = [(self._group_key(g), i, g) for i, g in enumerate(tenant.groups)]
-            heapq.heapify(tenant.heap)
+            heap = []
+            for i, g in enumerate(tenant.groups):
+                head = g.head
+                level = g.priority
+                if interval > 0:
+                    waited = (now - head.queued_at) / interval
+                    if waited >= 1:
+                        level += floor(waited)
+                heap.append(((-level, g.band, head.submitted_at, head.trial_id), i, g))
+            heapq.heapify(heap)
+            tenant.heap = heap
             self._push(tenant)
         while self.heap:
             if self._exhausted():
@@ -427,19 +438,32 @@ class _FairPass:
             victims = preemptor.reclaim(trial, pool, overshoot)
             if victims is not None:
                 tenant.used += size
+                held = self.running.slots_by_tenant
+                lenders = {
+                    v.tenant
+                    for v in victims
+                    if held.get(v.tenant, 0)
+                    > self.shares.get(v.tenant, TenantShare()).guaranteed_slots
+                }
                 self.preempts.extend(
                     Preempt(
                         v.trial_id,
                         f"tenant {v.tenant} is above its guarantee and tenant {tenant.name} "
-                        f"reclaims its guaranteed {guarantee} GPUs",
+                        f"reclaims its guaranteed {guarantee} GPUs"
+                        if v.tenant in lenders
+                        else f"tenant {tenant.name}, below its guarantee of {guarantee} GPUs, "
+                        f"runs a gang that needs it {overshoot} GPU(s) past it; tenant "
+                        f"{v.tenant} gives up to as many below its own guarantee",
                     )
                     for v in victims
                 )
                 ids = ", ".join(str(v.trial_id) for v in victims)
                 note = f" ({self.scaled_note})" if self.scaled_note else ""
+                borrowed = all(v.tenant in lenders for v in victims)
+                kind = "borrowed trial(s)" if borrowed else "trial(s)"
                 return (
                     f"reclaiming the tenant's guaranteed {guarantee} GPUs{note}: preempting "
-                    f"borrowed trial(s) {ids}, which checkpoint first"
+                    f"{kind} {ids}, which checkpoint first"
                 )
         by_service = self.config.displace_by_service and self.rules.service_thresholds_slot_s
         if by_service or trial.priority.rank:

@@ -328,6 +328,20 @@ class NodePool:
         self._fits_empty[shape] = fits
         return fits
 
+    def most_ranks_empty(self, request: ResourceRequest) -> int:
+        """The most ranks of ``request`` one node holds when empty (node labels not
+        considered): ``max(node.fits(request, free=False))`` over the alive nodes."""
+        g, c, m = request.gpus_per_worker, request.cpus_per_worker, request.memory_gb_per_worker
+        most = 0
+        for tg, tc, tm in self._shapes:
+            ranks = min(
+                tg // g if g else 10**9,
+                int((tc + _EPS) // c) if c else 10**9,
+                int((tm + _EPS) // m) if m and math.isfinite(tm) else 10**9,
+            )
+            most = max(most, ranks)
+        return most
+
     # -- views -------------------------------------------------------------------------------
 
     def total_slots(self) -> int:

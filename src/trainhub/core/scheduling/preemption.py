@@ -7,7 +7,9 @@ guarantee may reclaim (``fair.entitled``; its trial may take it past the guarant
 cannot be split), and only from tenants that stay at or above their own guarantee without the
 victim: whoever is preempted was borrowing and cannot claim the capacity back, and a tenant that
 went past its guarantee with its last gang cannot lose that gang to a claim, so tenants cannot
-ping-pong.
+ping-pong. The one exception (ADR 0018): a gang that goes past its tenant's guarantee by no
+more than the tenant is still owed may take lenders, then tenants exactly at their guarantee,
+below their guarantees by that overshoot in all.
 
 *Displace* works inside one tenant: a waiting trial may preempt a running trial of its own
 tenant with a lower priority, or with the same priority and a higher attained-service band
@@ -35,6 +37,7 @@ from trainhub.core.scheduling.victims import (
     Candidates,
     ClaimMemo,
     PreemptionRules,
+    Risk,
     TenantVictims,
     VictimFacts,
 )
@@ -72,16 +75,20 @@ class Preemptor:
         self._ready: dict[str, list[RunningTrial]] = {}
         self._young: dict[str, list[tuple[float, RunningTrial]]] = {}
         self._band: dict[int, int] = {}
-        self._risk_params: dict[int, tuple[int, float, float | None]] = {}
+        self._risk_params: dict[int, Risk] = {}
         self._until: dict[str, float] = {}
         self._states: dict[str, TenantVictims] = {}
         # per tenant: (lowest priority rank, highest band) among the trials ready to preempt
         self._weakest: dict[str, tuple[int, int]] = {}
-        # the smallest claim that already failed this pass (a larger one fails too)
-        self._failed_reclaim: int | None = None
+        # (size, overshoot) of the smallest claim that already failed this pass: a larger
+        # one with no more overshoot fails too
+        self._failed_reclaim: tuple[int, int] | None = None
         # tenants above their guarantee, and their preemptible trials in victim order
         self._lenders: list[str] | None = None
         self._lent: Candidates | None = None
+        self._over: set[str] = set()
+        # lenders' and near tenants' trials for gangs with an overshoot, by the near tenants
+        self._near_lent: dict[tuple[str, ...], Candidates] = {}
         self._failed_incoming: int | None = None
         # tenants whose best waiting trial could not displace anything: the others cannot either
         self._failed_displace: set[str] = set()
@@ -110,7 +117,7 @@ class Preemptor:
 
     def _risk(self, trial_id: int) -> float:
         """Slot-seconds a preemption of the trial would lose now."""
-        slots, base, period = self._risk_params[trial_id]
+        slots, base, period, _, _ = self._risk_params[trial_id]
         at_risk = max(0.0, self._now - base)
         if period:
             at_risk %= period
@@ -133,13 +140,6 @@ class Preemptor:
             - self._taken.get(tenant, 0)
             - self._share(tenant).guaranteed_slots
         )
-
-    def _borrowing(self, trial: RunningTrial, extra: int, below: int = 0) -> bool:
-        """Whether the trial's tenant stays at or above its guarantee (less ``below``)
-        without it."""
-        tenant = trial.tenant
-        left = self._used.get(tenant, 0) - self._taken.get(tenant, 0) - extra
-        return left - trial.request.num_slots >= self._share(tenant).guaranteed_slots - below
 
     def _deficit_caused(self, victims: Sequence[RunningTrial]) -> int:
         """Slots by which preempting ``victims`` takes their tenants below their guarantees."""
@@ -189,14 +189,17 @@ class Preemptor:
         """Victims borrowed from other tenants that make room for ``trial``, or None.
 
         The tenant furthest above its guarantee (per weight) is asked first, alone; only if
-        its trials cannot make room are all lenders' trials considered together.
+        its trials cannot make room are all lenders' trials considered together. A gang with
+        an ``overshoot`` (FairShareConfig.gang_overshoot) may then take lenders, and tenants
+        exactly at their guarantee, below their guarantees by that many slots in all.
         """
         size = trial.request.num_slots
-        if self._left <= 0 or (self._failed_reclaim is not None and size >= self._failed_reclaim):
+        failed = self._failed_reclaim
+        if self._left <= 0 or (failed is not None and size >= failed[0] and overshoot <= failed[1]):
             return None
         claimant = trial.tenant
         plain = not trial.request.node_labels
-        if plain and self._memo.reclaim_fails(claimant, size, self._now):
+        if plain and self._memo.reclaim_fails(claimant, size, overshoot, self._now):
             return None
         if self._lenders is None:
             over = {
@@ -205,55 +208,119 @@ class Preemptor:
                 if held > self._share(tenant).guaranteed_slots
             }
             self._lenders = sorted(over, key=lambda t: (-over[t], t))
+            self._over = set(over)
 
-        def allowed(victim: RunningTrial, taken: int) -> bool:
-            return victim.tenant != claimant and self._borrowing(victim, taken)
-
+        allowed = self._lenders_rule(claimant, 0)
         others = [t for t in self._lenders if t != claimant]
         victims = None
         if others and self._spare(others[0]) > 0:
             victims = self._choose(trial, pool, self._lender(others[0]), allowed)
         if victims is None and len(others) > 1:
-            if self._lent is None:
-                lent = [v for tenant in self._lenders for v in self._tenant(tenant)]
-                lent.sort(key=self._lender_order)
-                self._lent = Candidates(lent, self._facts)
-            victims = self._choose(trial, pool, self._lent, allowed)
-        if victims is None and overshoot > 0 and others:
-            # a gang larger than what its tenant is still owed: lenders may go below their
-            # guarantee by at most what the gang goes past the claimant's, all lenders together
-            def relaxed(victim: RunningTrial, taken: int) -> bool:
-                return victim.tenant != claimant and self._borrowing(victim, taken, overshoot)
+            victims = self._choose(trial, pool, self._all_lent(), allowed)
+        near: list[str] = []
+        if victims is None and overshoot > 0:
+            # a gang larger than what its tenant is still owed: other tenants may go below
+            # their guarantee by at most what the gang goes past the claimant's, all together.
+            # Lenders are asked first, then the tenants exactly at their guarantee (where
+            # nobody borrows, a gang that needs a whole node would otherwise wait for one to
+            # drain on its own); tenants already below their guarantee are never asked
+            near = [
+                tenant
+                for tenant, held in self._used.items()
+                if tenant != claimant
+                and tenant not in self._over
+                and held - self._taken.get(tenant, 0) >= self._share(tenant).guaranteed_slots
+            ]
+            if others or near:
+                relaxed = self._lenders_rule(claimant, overshoot)
 
-            def within(victims: Sequence[RunningTrial]) -> bool:
-                return self._deficit_caused(victims) <= overshoot
+                def within(victims: Sequence[RunningTrial]) -> bool:
+                    return self._deficit_caused(victims) <= overshoot
 
-            if self._lent is None:
-                lent = [v for tenant in self._lenders for v in self._tenant(tenant)]
-                lent.sort(key=self._lender_order)
-                self._lent = Candidates(lent, self._facts)
-            victims = self._choose(trial, pool, self._lent, relaxed, within)
+                victims = self._choose(trial, pool, self._relaxed(near), relaxed, within)
         if victims is None:
-            young = [at for tenant in others for at, _ in self._young.get(tenant, ())]
+            young = [at for tenant in (*others, *near) for at, _ in self._young.get(tenant, ())]
             self._note_young(young)
             if plain:
-                self._failed_reclaim = size
-                self._memo.reclaim_failed(claimant, size, min(young, default=math.inf))
+                self._failed_reclaim = (size, overshoot)
+                self._memo.reclaim_failed(claimant, size, overshoot, min(young, default=math.inf))
         return victims
 
-    def _lender_order(self, v: RunningTrial) -> tuple[int, int, float, int]:
-        """Lenders' victims: lowest priority, (optionally) preempted fewest times, least
-        work at risk."""
-        repeated = v.num_preemptions if self._rules.fewest_preemptions_first else 0
-        return (v.priority.rank, repeated, self._risk(v.trial_id), v.trial_id)
+    def _relaxed(self, near: Sequence[str]) -> Candidates:
+        """The lenders' trials (:meth:`_all_lent`), then those of the tenants ``near`` (at
+        their guarantee), in lender order."""
+        key = tuple(sorted(near))
+        known = self._near_lent.get(key)
+        if known is None:
+            lent = self._all_lent() if self._lenders else Candidates([], self._facts)
+            if not near:
+                return lent
+            extra = [v for tenant in key for v in self._tenant(tenant)]
+            keys = self._lender_keys(extra)
+            order = sorted(range(len(extra)), key=keys.__getitem__)
+            known = Candidates(
+                [trial for trial, _, _ in lent.items] + [extra[i] for i in order], self._facts
+            )
+            self._near_lent[key] = known
+        return known
+
+    def _lenders_rule(self, claimant: str, below: int) -> Callable[[RunningTrial, int], bool]:
+        """Whether a victim may be taken for ``claimant``: another tenant's trial, not yet
+        chosen, whose tenant
+        stays at or above its guarantee (less ``below``) without it and ``taken`` more
+        slots. Valid while no victim is committed: each claim makes its own."""
+        slack: dict[str, int] = {}
+        used, claimed, share, chosen = self._used, self._taken, self._share, self._chosen
+
+        def allowed(victim: RunningTrial, taken: int) -> bool:
+            tenant = victim.tenant
+            if tenant == claimant or victim.trial_id in chosen:
+                return False
+            left = slack.get(tenant)
+            if left is None:
+                left = slack[tenant] = (
+                    used.get(tenant, 0)
+                    - claimed.get(tenant, 0)
+                    - share(tenant).guaranteed_slots
+                    + below
+                )
+            return left - taken - victim.request.num_slots >= 0
+
+        return allowed
+
+    def _all_lent(self) -> Candidates:
+        """Every lender's preemptible trials together, in lender order (:meth:`_lender_keys`)."""
+        if self._lent is None:
+            assert self._lenders is not None
+            lent = [v for tenant in self._lenders for v in self._tenant(tenant)]
+            keys = self._lender_keys(lent)
+            order = sorted(range(len(lent)), key=keys.__getitem__)
+            self._lent = Candidates([lent[i] for i in order], self._facts)
+        return self._lent
+
+    def _lender_keys(self, trials: Sequence[RunningTrial]) -> list[tuple[int, int, float, int]]:
+        """Lenders' victims go lowest priority first, then (optionally) preempted fewest
+        times, then least work at risk: each trial's sort key."""
+        now = self._now
+        params = self._risk_params
+        fewest = self._rules.fewest_preemptions_first
+        keys = []
+        for v in trials:
+            slots, base, period, rank, preemptions = params[v.trial_id]
+            at_risk = max(0.0, now - base)
+            if period:
+                at_risk %= period
+            keys.append((rank, preemptions if fewest else 0, at_risk * slots, v.trial_id))
+        return keys
 
     def _lender(self, tenant: str) -> Candidates:
-        """One lender's preemptible trials in :meth:`_lender_order`."""
+        """One lender's preemptible trials in lender order (:meth:`_lender_keys`)."""
         self._tenant(tenant)
         state = self._states[tenant]
         if state.as_lender is None:
-            ready = sorted(state.ready, key=self._lender_order)
-            state.as_lender = Candidates(ready, self._facts)
+            keys = self._lender_keys(state.ready)
+            order = sorted(range(len(keys)), key=keys.__getitem__)
+            state.as_lender = Candidates([state.ready[i] for i in order], self._facts)
         return state.as_lender
 
     def displace(
@@ -290,8 +357,14 @@ class Preemptor:
                     self._facts,
                 )
             own = state.as_own
+            chosen = self._chosen
             victims = self._choose(
-                trial, pool, own, lambda victim, taken: self._lower(victim, trial, band)
+                trial,
+                pool,
+                own,
+                lambda victim, taken: (
+                    victim.trial_id not in chosen and self._lower(victim, trial, band)
+                ),
             )
         if victims is None:
             self._failed_displace.add(tenant)
@@ -319,16 +392,14 @@ class Preemptor:
         check: Callable[[Sequence[RunningTrial]], bool] | None = None,
     ) -> tuple[RunningTrial, ...] | None:
         """Victims among ``candidates`` (in preference order) that ``allowed`` admits (and
-        ``check`` accepts as a whole)."""
-
-        def ok(victim: RunningTrial, taken: int) -> bool:
-            return victim.trial_id not in self._chosen and allowed(victim, taken)
+        ``check`` accepts as a whole); ``allowed`` refuses the trials already chosen."""
+        ok = allowed
 
         need = trial.request.num_slots
         have = pool.total_free + self._incoming_total
         if trial.request.gpus_per_worker and have < need:
             # cheap bound first: all the allowed victims together must free enough
-            for victim, _ in candidates.items:
+            for victim, _, _ in candidates.items:
                 if ok(victim, 0):
                     have += victim.request.num_slots
                     if have >= need:
@@ -403,9 +474,11 @@ class Preemptor:
         most = pool.largest_free() + max(self._incoming.values(), default=0) + candidates.most_gpus
         if request.gpus_per_worker and most < need:
             return None
+        # a victim needs this many GPUs on one node to make room there (room_with below)
+        least = need - (most - candidates.most_gpus) if request.gpus_per_worker else 0
         fits_whole: dict[str, bool] = {}
-        for victim, per_node in candidates.items:
-            if victim.request.num_slots > need or not allowed(victim, 0):
+        for victim, per_node, here in candidates.items:
+            if here < least or victim.request.num_slots > need or not allowed(victim, 0):
                 continue
             for node_id, gpus in per_node:
                 whole = fits_whole.get(node_id)
@@ -428,11 +501,13 @@ class Preemptor:
         whole gang: that node's victims."""
         request = trial.request
         k = request.num_workers
+        if not request.node_labels and pool.most_ranks_empty(request) < k:
+            return None  # no node holds the whole gang even when empty
         freed: dict[str, int] = {}
         chosen: dict[str, list[RunningTrial]] = {}
         taken: dict[str, dict[str, int]] = {}
         fits_whole: dict[str, bool] = {}
-        for victim, per_node in candidates.items:
+        for victim, per_node, _ in candidates.items:
             for node_id, gpus in per_node:
                 whole = fits_whole.get(node_id)
                 if whole is None:
@@ -469,7 +544,7 @@ class Preemptor:
         hypothetical = self._with_incoming(pool)
         chosen: list[RunningTrial] = []
         taken: dict[str, int] = {}
-        for victim, _ in candidates.items:
+        for victim, _, _ in candidates.items:
             if len(chosen) >= self._left:
                 return None
             if not allowed(victim, taken.get(victim.tenant, 0)):

@@ -34,11 +34,12 @@ class PreemptionRules:
         return bisect.bisect_right(self.service_thresholds_slot_s, attained_slot_s)
 
 
-Facts = tuple[float, RunningTrial, int, float, float, float, float | None, int]
-
-
-def _eligible_order(fact: Facts) -> tuple[float, int]:
-    return fact[0], fact[1].trial_id
+# a running trial's work at risk and lender order, fixed for its attempt: (slots, checkpoint
+# base, checkpoint period, priority rank, earlier preemptions)
+Risk = tuple[int, float, float | None, int, int]
+# (eligible_at, trial id, trial, ...): plain tuple order is the order of eligibility (ids
+# are unique, so the comparison never reaches the trial)
+Facts = tuple[float, int, RunningTrial, int, float, float, float, float | None, int, Risk]
 
 
 class VictimFacts:
@@ -66,13 +67,10 @@ class VictimFacts:
             self._spread[trial.trial_id] = known
         return known[1]
 
-    def most_on_a_node(self, trial: RunningTrial) -> int:
-        self.spread(trial)
-        return self._spread[trial.trial_id][2]
-
     def of(self, tenant: str, trials: tuple[RunningTrial, ...]) -> tuple[list[Facts], list[float]]:
-        """(eligible_at, trial, slots, attained, started_at, checkpoint base, period, rank) of
-        the preemptible trials, by the time they may be preempted; and those times."""
+        """(eligible_at, trial id, trial, slots, attained, started_at, checkpoint base, period,
+        rank, risk) of the preemptible trials, by the time they may be preempted; and those
+        times."""
         cached = self._tenants.get(tenant)
         if cached is not None and cached[0] is trials:
             return cached[1], cached[2]
@@ -84,7 +82,7 @@ class VictimFacts:
                 continue
             # a trial's facts are fixed for its attempt: most tenants change by a few trials
             seen = known.get(trial.trial_id)
-            if seen is not None and seen[1] is trial:
+            if seen is not None and seen[2] is trial:
                 facts.append(seen)
                 continue
             protect = rules.min_run_time_s
@@ -94,21 +92,25 @@ class VictimFacts:
             base = (
                 trial.started_at if trial.last_checkpoint_at is None else trial.last_checkpoint_at
             )
+            slots = trial.request.num_slots
+            rank = trial.priority.rank
             fact = (
                 trial.started_at + protect,
+                trial.trial_id,
                 trial,
-                trial.request.num_slots,
+                slots,
                 trial.attained_service,
                 trial.started_at,
                 base,
                 trial.checkpoint_every_s,
-                trial.priority.rank,
+                rank,
+                (slots, base, trial.checkpoint_every_s, rank, trial.num_preemptions),
             )
             if len(known) > 100_000:
                 known.clear()
             known[trial.trial_id] = fact
             facts.append(fact)
-        facts.sort(key=_eligible_order)
+        facts.sort()
         eligible = [f[0] for f in facts]
         self._tenants[tenant] = (trials, facts, eligible)
         return facts, eligible
@@ -124,20 +126,27 @@ class VictimFacts:
         until = facts[split][0] if split < len(facts) else math.inf
         ready: list[RunningTrial] = []
         band: dict[int, int] = {}
-        risk: dict[int, tuple[int, float, float | None]] = {}
+        risk: dict[int, Risk] = {}
         lowest_rank, highest_band = 10**9, -1
-        for _, trial, slots, attained, started, base, period, rank in facts[:split]:
-            level = bisect.bisect_right(thresholds, attained + slots * (now - started))
-            if level < len(thresholds) and slots:
-                until = min(until, started + (thresholds[level] - attained) / slots)
-            band[trial.trial_id] = level
-            risk[trial.trial_id] = (slots, base, period)
+        bands = len(thresholds)
+        bisect_right = bisect.bisect_right
+        for i in range(split):
+            _, trial_id, trial, slots, attained, started, _, _, rank, at_risk = facts[i]
+            level = bisect_right(thresholds, attained + slots * (now - started))
+            if level < bands and slots:
+                ends = started + (thresholds[level] - attained) / slots
+                if ends < until:  # noqa: PLR1730 (a hot loop: no call)
+                    until = ends
+            band[trial_id] = level
+            risk[trial_id] = at_risk
             ready.append(trial)
-            lowest_rank = min(lowest_rank, rank)
-            highest_band = max(highest_band, level)
+            if rank < lowest_rank:  # noqa: PLR1730 (a hot loop: no call)
+                lowest_rank = rank
+            if level > highest_band:  # noqa: PLR1730 (a hot loop: no call)
+                highest_band = level
         state = TenantVictims(
             ready=ready,
-            young=[(f[0], f[1]) for f in facts[split:]],
+            young=[(f[0], f[2]) for f in facts[split:]],
             band=band,
             risk=risk,
             weakest=(lowest_rank, highest_band) if ready else None,
@@ -156,8 +165,9 @@ class TenantVictims:
     ready: list[RunningTrial]
     young: list[tuple[float, RunningTrial]]
     band: dict[int, int]
-    # trial id -> (slots, checkpoint base, checkpoint period): the work at risk at any time
-    risk: dict[int, tuple[int, float, float | None]]
+    # trial id -> (slots, checkpoint base, checkpoint period, priority rank, preemptions): the
+    # work at risk at any time and the lender order
+    risk: dict[int, Risk]
     weakest: tuple[int, int] | None
     since: float
     until: float
@@ -176,8 +186,9 @@ class ClaimMemo:
     depends on changes."""
 
     def __init__(self) -> None:
-        # claimant tenant -> (smallest failed size, until, every tenant's running trials, free)
-        self._reclaim: dict[str, tuple[int, float, tuple[object, ...], int]] = {}
+        # claimant tenant -> (smallest failed size, its overshoot, until, every tenant's running
+        # trials, free): a claim no smaller with no more overshoot fails too
+        self._reclaim: dict[str, tuple[int, int, float, tuple[object, ...], int]] = {}
         # (tenant, priority rank, band) -> (until, the tenant's running trials, free)
         self._displace: dict[tuple[str, int, int], tuple[float, object, int]] = {}
         self._running: RunningTable | None = None
@@ -195,17 +206,28 @@ class ClaimMemo:
     def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
         return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
-    def reclaim_fails(self, tenant: str, size: int, now: float) -> bool:
+    def reclaim_fails(self, tenant: str, size: int, overshoot: int, now: float) -> bool:
         known = self._reclaim.get(tenant)
-        if known is None or size < known[0] or now >= known[1] or self._free > known[3]:
+        if (
+            known is None
+            or size < known[0]
+            or overshoot > known[1]
+            or now >= known[2]
+            or self._free > known[4]
+        ):
             return False
-        return self._same(self._everyone(), known[2])
+        return self._same(self._everyone(), known[3])
 
-    def reclaim_failed(self, tenant: str, size: int, until: float) -> None:
+    def reclaim_failed(self, tenant: str, size: int, overshoot: int, until: float) -> None:
         known = self._reclaim.get(tenant)
         everyone = self._everyone()
-        if known is None or size < known[0] or not self._same(known[2], everyone):
-            self._reclaim[tenant] = (size, until, everyone, self._free)
+        if (
+            known is None
+            or size < known[0]
+            or overshoot > known[1]
+            or not self._same(known[3], everyone)
+        ):
+            self._reclaim[tenant] = (size, overshoot, until, everyone, self._free)
 
     def displace_fails(self, key: tuple[str, int, int], now: float) -> bool:
         known = self._displace.get(key)
@@ -223,7 +245,18 @@ class Candidates:
     """Victim candidates in preference order, with their GPUs per node, for one pass."""
 
     def __init__(self, trials: list[RunningTrial], facts: VictimFacts) -> None:
-        spread = facts.spread
-        self.items = [(trial, spread(trial)) for trial in trials]
+        known = facts._spread
+        # (trial, (node, GPUs) per node, the most GPUs it holds on one node)
+        items: list[tuple[RunningTrial, list[tuple[str, int]], int]] = []
+        most = 0
+        for trial in trials:
+            seen = known.get(trial.trial_id)
+            if seen is None or seen[0] is not trial:
+                facts.spread(trial)
+                seen = known[trial.trial_id]
+            items.append((trial, seen[1], seen[2]))
+            if seen[2] > most:  # noqa: PLR1730 (a hot loop: no call)
+                most = seen[2]
+        self.items = items
         # the most GPUs one candidate holds on one node
-        self.most_gpus = max((facts.most_on_a_node(t) for t in trials), default=0)
+        self.most_gpus = most

@@ -26,7 +26,9 @@ says; every other state is not in the snapshot.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
+import operator
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -227,6 +229,8 @@ class DurationEstimates:
         return None
 
 
+_TRIAL_ID = operator.attrgetter("trial_id")
+_NODE_ID = operator.attrgetter("node_id")
 _IN_SNAPSHOT = frozenset(
     {TrialState.QUEUED, TrialState.SCHEDULED, TrialState.RUNNING, TrialState.PREEMPTING}
 )
@@ -280,25 +284,32 @@ class SnapshotBuilder:
         tenant_usage: Mapping[str, float] | None = None,
     ) -> Snapshot:
         """The snapshot of exactly these trials and nodes at ``now``."""
-        # one pass; unchanged facts should be the same objects (an identity check), equal
-        # copies cost a field-by-field comparison
-        fresh: dict[int, TrialFacts] = {}
-        changed: list[TrialFacts] = []
+        # unchanged facts should be the same objects as last time: they are found by an
+        # identity check at C speed (a tick reads thousands of trials, and a few change);
+        # equal copies cost a field-by-field comparison
+        listed = trials if isinstance(trials, list | tuple) else list(trials)
         known = self._facts
-        for t in trials:
+        ids = list(map(_TRIAL_ID, listed))
+        same = list(map(operator.is_, map(known.get, ids), listed))
+        # what the builder holds is always in the snapshot: only the others are checked
+        fresh = set(itertools.compress(ids, same))
+        changed: list[TrialFacts] = []
+        for t in itertools.compress(listed, map(operator.not_, same)):
             if t.state in _IN_SNAPSHOT:
-                fresh[t.trial_id] = t
-                k = known.get(t.trial_id)
-                if k is not t and k != t:
+                fresh.add(t.trial_id)
+                if known.get(t.trial_id) != t:
                     changed.append(t)
         gone = (
-            [i for i in known if i not in fresh] if len(known) + len(changed) > len(fresh) else []
+            list(itertools.filterfalse(fresh.__contains__, known))
+            if len(known) + len(changed) > len(fresh)
+            else []
         )
         self.update(trials=changed, gone=gone)
         node_list = list(nodes)
         have = self._nodes
-        if len(node_list) != len(have) or any(
-            (seen := have.get(n.node_id)) is not n and seen != n for n in node_list
+        if len(node_list) != len(have) or (
+            not all(map(operator.is_, map(have.get, map(_NODE_ID, node_list)), node_list))
+            and any((seen := have.get(n.node_id)) is not n and seen != n for n in node_list)
         ):
             self.set_nodes(node_list)
         return self.snapshot(now, tenants, tenant_usage)
