@@ -134,6 +134,48 @@ def test_clone_drops_the_flagged_samples_and_relabels(bapi: Api) -> None:
     assert r.status_code == 400, r.text
 
 
+def test_clone_refuses_relabels_of_untracked_samples_or_to_unknown_classes(bapi: Api) -> None:
+    trial_id, _, alice = tracked_trial(bapi)
+    r = bapi.client.post(
+        f"/api/v1/trials/{trial_id}/clone",
+        json={"relabel": {"7": 2, str(NUM + 5): 1, "8": 10}, "from_checkpoint": False},
+        headers=alice,
+    )
+    assert r.status_code == 422, r.text
+    errors = {e["path"]: e["message"] for e in r.json()["errors"]}
+    assert errors == {
+        f"relabel.{NUM + 5}": "the trial tracked no sample with this id",
+        "relabel.8": "label 10 is not a class of the trial (0 .. 9)",
+    }
+    # a trial without sample records has nothing to check against
+    other = submit(bapi, alice["Authorization"].split()[1]).json()["trials"][0]["id"]
+    r = bapi.client.post(
+        f"/api/v1/trials/{other}/clone",
+        json={"relabel": {"7": 2}, "from_checkpoint": False},
+        headers=alice,
+    )
+    assert r.status_code == 201, r.text
+
+
+def test_request_errors_name_the_choices_and_say_what_to_do(bapi: Api) -> None:
+    r = bapi.client.get("/api/v1/trials/1/debug?score=x", headers=bapi.headers())
+    assert r.status_code == 422
+    assert r.json()["errors"] == [
+        {
+            "path": "score",
+            "message": "'x' is not allowed; use 'aum', 'confidence', 'forgetting' or 'combined'",
+            "hint": "",
+        }
+    ]
+    r = bapi.client.post("/api/v1/models", json={"name": "bad name!"}, headers=bapi.headers())
+    assert r.status_code == 422
+    hints = {e["path"]: e["hint"] for e in r.json()["errors"]}
+    assert hints == {
+        "trial_id": "add it to the request",
+        "name": "use letters, digits, '-', '_' and '.', starting with a letter or digit",
+    }
+
+
 @pytest.mark.postgres
 def test_sample_store_on_every_database(db_url: str, tmp_path: Path) -> None:
     api = build_api(db_url, tmp_path)

@@ -167,6 +167,19 @@ def test_init_from_is_checked_and_pinned_at_submit(world: World) -> None:
     assert r.status_code == 201, r.text
 
 
+def test_an_unknown_zoo_architecture_is_refused_at_submit_and_registration(
+    world: World,
+) -> None:
+    spec = "name: x\nentrypoint: python train.py\nmodel: {arch: {zoo: resnet50}}\n"
+    r = submit(world.api, world.alice, spec)
+    assert r.status_code == 422, r.text
+    assert [e["path"] for e in r.json()["errors"]] == ["model.arch.zoo"]
+    r = _register(world, world.alice, "odd", arch={"zoo": "nope"})
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["errors"]
+    assert (error["path"], error["message"]) == ("arch.zoo", "unknown zoo model 'nope'")
+
+
 def test_a_shared_model_starts_another_tenants_training(world: World) -> None:
     api = world.api
     assert _register(world, world.alice, "gift").status_code == 201

@@ -39,3 +39,19 @@ def test_show_prints_the_layer_table_and_the_alerts(cli: Cli, live: LiveServer) 
     assert "dead_layer" in alerts
     assert "features.1" in alerts
     assert "40" in alerts
+
+
+def test_the_layer_table_lists_layers_in_order() -> None:
+    from trainhub.cli.layer_health import layer_table
+
+    metrics = {
+        "layers/blocks.10.fc/grad_norm": 1.0,
+        "layers/blocks.2.fc/grad_norm": 1.0,
+        "layers/1/act_mean": 0.1,
+        "layers/0/grad_norm": 1.0,
+        "layers/blocks.2.act/dead_fraction": 0.5,
+    }
+    table = layer_table(metrics)
+    assert table is not None
+    names = [str(cell) for cell in table.columns[0]._cells]
+    assert names == ["0", "1", "blocks.2.act", "blocks.2.fc", "blocks.10.fc"]

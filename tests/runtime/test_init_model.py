@@ -131,3 +131,14 @@ def test_loaded_weights_are_grown_keeping_the_function() -> None:
     with torch.no_grad():
         torch.testing.assert_close(grown.eval()(x), source(x), atol=1e-4, rtol=1e-4)
     assert sum(p.numel() for p in grown.parameters()) > sum(p.numel() for p in source.parameters())
+
+
+def test_a_layer_grow_cannot_find_is_named_by_its_spec_path() -> None:
+    pytest.importorskip("trainhub.models.net2net", reason="Net2Net lands with the growth work")
+    model = models.create("mlp", in_features=4, hidden=(3,), num_classes=2)
+    for grow, path in (
+        ({"wider": {"nolayer": 2.0}}, r"model\.grow\.wider\.nolayer: .*no layer named 'nolayer'"),
+        ({"deeper": ["blocks.0.linear", "head"]}, r"model\.grow\.deeper\.1: "),
+    ):
+        with pytest.raises(ValueError, match=path):
+            initialize(model, ModelPlan(grow=grow), weights=None)

@@ -194,3 +194,35 @@ def test_tracking_on_a_gpu_never_synchronises_with_the_host(tmp_path: Path) -> N
     tracker.close()
     lines = _lines(tmp_path / "s.jsonl")
     assert sum(len(b["ids"]) for b in lines) == 9 * 256
+
+
+def test_track_refuses_what_it_cannot_score_at_the_call(tmp_path: Path) -> None:
+    tracker = SampleTracker(torch.device("cpu"), LocalSampleSink(tmp_path / "s.jsonl"))
+    ids, logits = torch.arange(3), torch.randn(3, 4)
+    with pytest.raises(ValueError, match=r"labels must lie in 0 \.\. 3 .*got 7"):
+        tracker.track(ids, logits, torch.tensor([0, 1, 7]))
+    with pytest.raises(ValueError, match="sample ids must be >= 0"):
+        tracker.track(torch.tensor([-1, 0, 1]), logits, torch.tensor([0, 1, 2]))
+    with pytest.raises(TypeError, match="ids must be integers"):
+        tracker.track(ids.float(), logits, torch.tensor([0, 1, 2]))
+    with pytest.raises(TypeError, match="logits must be a tensor"):
+        tracker.track(ids, logits.tolist(), torch.tensor([0, 1, 2]))  # type: ignore[arg-type]
+    tracker.track([5, 6, 7], logits, [0, 1, 2], epoch=0)  # type: ignore[arg-type]
+    assert tracker.close()
+    assert _lines(tmp_path / "s.jsonl")[0]["ids"] == [5, 6, 7]
+
+
+def test_a_flush_leaves_out_labels_that_are_no_class(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a GPU the labels are checked only when flushed (a check per step would synchronise);
+    stood in for here by a label changed in the tracker's buffer."""
+    tracker = SampleTracker(torch.device("cpu"), LocalSampleSink(tmp_path / "s.jsonl"))
+    tracker.track(torch.arange(4), torch.randn(4, 3), torch.tensor([0, 1, 2, 0]), epoch=0)
+    tracker._labels[1] = 9
+    with caplog.at_level("WARNING", logger="trainhub.runtime"):
+        assert tracker.close()
+    (batch,) = _lines(tmp_path / "s.jsonl")
+    assert batch["ids"] == [0, 2, 3]
+    assert batch["epochs"] == [0, 0, 0]
+    assert "1 labels outside 0 .. 2 (e.g. 9)" in caplog.text

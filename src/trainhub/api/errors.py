@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from trainhub.core.errors import TrainhubError
+from trainhub.core.spec_errors import explain
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +26,11 @@ def install_error_handlers(app: FastAPI) -> None:
         errors = [
             {
                 "path": ".".join(str(p) for p in err["loc"] if p not in ("body", "query", "path")),
-                "message": err["msg"],
-                "hint": "",
+                "message": message,
+                "hint": hint,
             }
             for err in exc.errors()
+            for message, hint in [explain(err, where="the request")]
         ]
         message = "; ".join(f"{e['path']}: {e['message']}" for e in errors)
         return JSONResponse(

@@ -40,6 +40,18 @@ def debug(
     Needs the trial's script to call ctx.track_samples (docs/debugging.md). Retrain without
     the flagged samples with `trainhub clone TRIAL --drop-flagged 0.05`.
     """
+    from trainhub.core.label_noise import SCORES
+
+    if score not in SCORES:
+        raise fail(f"--score {score!r}: use one of {', '.join(SCORES)}", code=EXIT_INVALID_INPUT)
+    for path in (csv_file, png_file):
+        if path is not None and (path.is_dir() or not path.parent.is_dir()):
+            raise fail(
+                f"cannot write {path}: "
+                + ("it is a directory" if path.is_dir() else f"{path.parent} does not exist"),
+                "pass a file in an existing directory",
+                code=EXIT_INVALID_INPUT,
+            )
     if not trial.isdigit():
         report, png = _local_report(Path(trial), top, score, png_file is not None, csv_file)
         if png_file is not None and png is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,9 +47,14 @@ def layer_table(layer_metrics: Mapping[str, Any]) -> Table | None:
     table.add_column("layer")
     for _, title in shown:
         table.add_column(title, justify="right")
-    for layer, stats in rows.items():
+    for layer, stats in sorted(rows.items(), key=lambda row: _natural(row[0])):
         table.add_row(Text(layer), *(fmt_value(stats[s]) if s in stats else "" for s, _ in shown))
     return table
+
+
+def _natural(layer: str) -> list[tuple[int, int | str]]:
+    """``blocks.10.conv`` after ``blocks.2.conv``: numbers compare as numbers."""
+    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", layer) if p]
 
 
 def alerts_table(alerts: Sequence[Mapping[str, Any]]) -> Table:

@@ -16,6 +16,13 @@ from trainhub.cli.session import EXIT_INVALID_INPUT, connect, fail, out
 
 app = typer.Typer(help="The model registry: versioned models made from trials' checkpoints.")
 
+RefArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="NAME[:VERSION]",
+        help="A model: NAME (its latest version), NAME:VERSION or TENANT/NAME:VERSION.",
+    ),
+]
 TenantOpt = Annotated[
     str | None, typer.Option("--tenant", help="The owning tenant, where names collide.")
 ]
@@ -46,6 +53,34 @@ def _version_of(client: Any, ref: str, tenant: str | None) -> dict[str, Any]:
     return found
 
 
+def _parse_arch(text: str) -> dict[str, Any]:
+    example = '--arch \'{"zoo": "lenet5", "args": {"num_classes": 10}, "input": [1, 28, 28]}\''
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise fail(f"--arch is not JSON: {exc}", example, code=EXIT_INVALID_INPUT) from None
+    if not isinstance(value, dict):
+        raise fail("--arch must be a JSON object", example, code=EXIT_INVALID_INPUT)
+    return value
+
+
+def _write(target: Path, data: bytes) -> None:
+    try:
+        target.write_bytes(data)
+    except OSError as exc:
+        raise fail(
+            f"cannot write {target}: {exc.strerror or exc}", "pass -o FILE in a writable directory"
+        ) from None
+
+
+def _target(output: Path | None, version: dict[str, Any], suffix: str) -> Path:
+    """``output``, a file named for the version in it when it is a directory, or in ``.``."""
+    name = f"{version['model']}-v{version['version']}.{suffix}"
+    if output is None:
+        return Path(name)
+    return output / name if output.is_dir() else output
+
+
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
 
@@ -57,12 +92,16 @@ def _metrics(metrics: dict[str, Any], limit: int = 4) -> str:
 
 @app.command()
 def register(
-    trial_id: Annotated[int, typer.Argument(metavar="TRIAL")],
+    trial_id: Annotated[
+        int, typer.Argument(metavar="TRIAL", help="The trial whose checkpoint is registered.")
+    ],
     name: Annotated[str, typer.Option("--name", "-n", help="The model's name in the tenant.")],
     checkpoint: Annotated[
         int | None, typer.Option("--checkpoint", help="A checkpoint id; default: the latest.")
     ] = None,
-    description: Annotated[str, typer.Option("--description", "-d")] = "",
+    description: Annotated[
+        str, typer.Option("--description", "-d", help="What this version is, in words.")
+    ] = "",
     arch: Annotated[
         str | None,
         typer.Option(
@@ -71,7 +110,7 @@ def register(
     ] = None,
 ) -> None:
     """Register a checkpoint of TRIAL as the next version of model NAME."""
-    arch_value = json.loads(arch) if arch else None
+    arch_value = _parse_arch(arch) if arch else None
     with connect() as client:
         version = client.register_model(
             trial_id, name, checkpoint, description=description, arch=arch_value
@@ -81,7 +120,11 @@ def register(
 
 
 @app.command("ls")
-def ls(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def ls(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Every model and version as JSON.")
+    ] = False,
+) -> None:
     """Models of your tenants and those shared with them."""
     with connect() as client:
         models = client.list_models()
@@ -104,7 +147,7 @@ def ls(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 
 @app.command()
 def show(
-    ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]")],
+    ref: RefArg,
     tenant: TenantOpt = None,
 ) -> None:
     """A model's versions, or one version's architecture, metrics and lineage."""
@@ -135,25 +178,28 @@ def show(
 
 @app.command()
 def download(
-    ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]")],
+    ref: RefArg,
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Default: NAME-vVERSION.pt")
-    ] = Path(),
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="A file or a directory; default: NAME-vVERSION.pt here."
+        ),
+    ] = None,
     tenant: TenantOpt = None,
 ) -> None:
     """Save a version's weights (a checkpoint file for torch.load)."""
     with connect() as client:
         version = _version_of(client, ref, tenant)
         data = client.download_model(version["model"], version["version"], version["tenant"])
-    target = output if output != Path() else Path(f"{version['model']}-v{version['version']}.pt")
-    target.write_bytes(data)
+    target = _target(output, version, "pt")
+    _write(target, data)
     out.print(f"{target} ({len(data)} bytes)")
 
 
 @app.command()
 def share(
-    name: Annotated[str, typer.Argument(metavar="NAME")],
-    tenant: Annotated[str, typer.Argument(metavar="TENANT", help="The tenant to share with")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A model of your tenant.")],
+    tenant: Annotated[str, typer.Argument(metavar="TENANT", help="The tenant to share with.")],
     stop: Annotated[bool, typer.Option("--stop", help="Stop sharing (unshare).")] = False,
 ) -> None:
     """Let TENANT read model NAME and start trainings from it (tenant admins)."""
@@ -166,8 +212,10 @@ def share(
 
 @app.command()
 def unshare(
-    name: Annotated[str, typer.Argument(metavar="NAME")],
-    tenant: Annotated[str, typer.Argument(metavar="TENANT")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A model of your tenant.")],
+    tenant: Annotated[
+        str, typer.Argument(metavar="TENANT", help="The tenant to stop sharing with.")
+    ],
 ) -> None:
     """Stop sharing model NAME with TENANT."""
     share(name, tenant, stop=True)
@@ -175,14 +223,22 @@ def unshare(
 
 @app.command()
 def suggest(
-    task: Annotated[str, typer.Option("--task")] = "image-classification",
-    input_shape: Annotated[str, typer.Option("--input", help="CxHxW, e.g. 1x28x28")] = "1x28x28",
-    classes: Annotated[int, typer.Option("--classes", min=1, max=1_000_000)] = 10,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=100)] = 10,
+    task: Annotated[
+        str,
+        typer.Option("--task", help="What the model does; the zoo serves image-classification."),
+    ] = "image-classification",
+    input_shape: Annotated[
+        str, typer.Option("--input", help="One input's shape, CxHxW, e.g. 1x28x28.")
+    ] = "1x28x28",
+    classes: Annotated[
+        int, typer.Option("--classes", min=1, max=1_000_000, help="Number of classes.")
+    ] = 10,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=100, help="Models listed.")] = 10,
     offline: Annotated[bool, typer.Option("--offline", help="The zoo only (no server).")] = False,
 ) -> None:
     """Rank registered and zoo models by fit: input shape, classes, accuracy, size."""
     from trainhub.core.model_fit import Problem, parse_shape
+    from trainhub.models.catalog import IMAGE
     from trainhub.models.catalog import suggest as rank
 
     try:
@@ -193,8 +249,17 @@ def suggest(
     if not offline:
         with connect() as client:
             registered = client.list_models()
+    fits = rank(problem, registered)
+    if not fits:
+        archs = [(m.get("latest") or {}).get("arch") or {} for m in registered]
+        tasks = sorted({IMAGE, *(str(a.get("task", IMAGE)) for a in archs)})
+        raise fail(
+            f"no registered or zoo model is for task {task!r}",
+            f"tasks with models: {', '.join(tasks)}",
+            code=EXIT_INVALID_INPUT,
+        )
     table = Table("rank", "model", "score", "parameters", "why")
-    for i, fit in enumerate(rank(problem, registered)[:limit], 1):
+    for i, fit in enumerate(fits[:limit], 1):
         params = fit.candidate.num_parameters
         table.add_row(
             str(i),
@@ -208,9 +273,14 @@ def suggest(
 
 @app.command()
 def export(
-    ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]")],
+    ref: RefArg,
     fmt: Annotated[str, typer.Option("--format", help="onnx | torchscript")] = "onnx",
-    output: Annotated[Path, typer.Option("--output", "-o")] = Path(),
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="A file or a directory; default: NAME-vVERSION.onnx (.pt) here."
+        ),
+    ] = None,
     input_shape: Annotated[
         str | None, typer.Option("--input", help="CxHxW where the version records none")
     ] = None,
@@ -225,39 +295,70 @@ def export(
     with connect() as client:
         version = _version_of(client, ref, tenant)
         data = client.download_model(version["model"], version["version"], version["tenant"])
-    suffix = "onnx" if fmt == "onnx" else "pt"
-    target = (
-        output if output != Path() else Path(f"{version['model']}-v{version['version']}.{suffix}")
-    )
-    arch = dict(version["arch"])
-    try:
-        if input_shape:
+    target = _target(output, version, "onnx" if fmt == "onnx" else "pt")
+    arch = dict(version["arch"] or {})
+    if input_shape:
+        try:
             arch["input"] = list(parse_shape(input_shape))
+        except ValueError as exc:
+            raise fail(str(exc), code=EXIT_INVALID_INPUT) from None
+    try:
         path, diff = export_version(data, arch, fmt, target)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(
+            f"cannot write {target}: {exc.strerror or exc}", "pass -o FILE in a writable directory"
+        ) from None
     out.print(
         f"{path}: {path.stat().st_size} bytes; checked against PyTorch (difference {diff:.2e})"
     )
 
 
 def compress(
-    ref: Annotated[str, typer.Argument(metavar="MODEL[:VERSION]")],
-    prune: Annotated[float, typer.Option("--prune", min=0.0, max=0.95)] = 0.5,
-    structured: Annotated[bool, typer.Option("--structured")] = False,
+    ref: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODEL[:VERSION]",
+            help="The model to compress: NAME, NAME:VERSION or TENANT/NAME:VERSION.",
+        ),
+    ],
+    prune: Annotated[
+        float,
+        typer.Option("--prune", min=0.0, max=0.95, help="Fraction of the weights set to zero."),
+    ] = 0.5,
+    structured: Annotated[
+        bool, typer.Option("--structured", help="Prune whole output channels, not weights.")
+    ] = False,
     quantize: Annotated[str, typer.Option("--quantize", help="int8 | none")] = "int8",
-    finetune_epochs: Annotated[int, typer.Option("--finetune-epochs", min=0, max=100)] = 1,
-    data: Annotated[str, typer.Option("--data", help="mnist | digits | auto")] = "auto",
+    finetune_epochs: Annotated[
+        int,
+        typer.Option("--finetune-epochs", min=0, max=100, help="Epochs of training after pruning."),
+    ] = 1,
+    data: Annotated[
+        str,
+        typer.Option(
+            "--data", help="A trainhub.data dataset, or auto: mnist, or digits for 1x8x8 inputs."
+        ),
+    ] = "auto",
     name: Annotated[
         str | None, typer.Option("--name", help="Register as; default: MODEL's next version")
     ] = None,
-    wait: Annotated[bool, typer.Option("--wait/--no-wait")] = True,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait/--no-wait", help="Wait for the job and register its result."),
+    ] = True,
     tenant: TenantOpt = None,
 ) -> None:
     """Prune and quantize a registered model as a job on the cluster, then register the result
     as a new version with its size, accuracy and latency."""
     if quantize not in ("int8", "none"):
         raise fail(f"--quantize {quantize!r}: use int8 or none", code=EXIT_INVALID_INPUT)
+    from trainhub.data import available
+
+    if data not in ("auto", *available()):
+        names = ", ".join(("auto", *available()))
+        raise fail(f"--data {data!r}: use one of {names}", code=EXIT_INVALID_INPUT)
     with connect() as client:
         version = _version_of(client, ref, tenant)
         arch = version["arch"]

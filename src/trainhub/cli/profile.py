@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from trainhub.cli.session import EXIT_API_ERROR, connect, err, out
+from trainhub.cli.session import EXIT_API_ERROR, EXIT_INVALID_INPUT, connect, err, fail, out
+from trainhub.core.limits import MAX_PROFILE_STEPS
 
 
 def _table(rank: dict[str, Any], top: int) -> Table:
@@ -29,18 +30,23 @@ def _table(rank: dict[str, Any], top: int) -> Table:
 
 
 def profile(
-    trial_id: Annotated[int, typer.Argument(metavar="TRIAL", help="A running trial's id")],
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Steps to profile")] = 20,
+    trial_id: Annotated[int, typer.Argument(metavar="TRIAL", help="A running trial's id.")],
+    steps: Annotated[
+        int, typer.Option("--steps", min=1, max=MAX_PROFILE_STEPS, help="Steps to profile.")
+    ] = 20,
     wait_s: Annotated[
-        float, typer.Option("--wait", min=0, help="Seconds to wait for every rank")
+        float, typer.Option("--wait", min=0, help="Seconds to wait for every rank.")
     ] = 600.0,
-    top: Annotated[int, typer.Option("--top", min=1, help="Operators shown per rank")] = 15,
+    top: Annotated[int, typer.Option("--top", min=1, help="Operators shown per rank.")] = 15,
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Save each rank's trace (.json.gz) here")
+        Path | None,
+        typer.Option("--out", help="A directory to save each rank's trace (.json.gz) in."),
     ] = None,
 ) -> None:
     """Run torch.profiler on every rank of a running trial for its next steps (its script
-    calls ``ctx.profile_step()`` once per step); show the top operators per rank."""
+    calls `ctx.profile_step()` once per step); show the top operators per rank."""
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise fail(f"--out {out_dir} is a file", "pass a directory", code=EXIT_INVALID_INPUT)
     with connect() as client:
         started = client.request_profile(trial_id, steps)
         profile_id = started["id"]
@@ -55,6 +61,11 @@ def profile(
         if current["state"] != "DONE":
             reason = current["detail"] or f"still {current['state']} after {wait_s:.0f} s"
             err.print(f"[bold red]profile {profile_id} is not complete[/]: {reason}")
+            if current["state"] == "REQUESTED":  # no rank has begun: no profile_step() calls?
+                err.print(
+                    "[dim]hint:[/] no rank has started it; the trial's script must call "
+                    "ctx.profile_step() once per training step (docs/ui.md)"
+                )
             err.print(f"[dim]hint:[/] see it later on the dashboard's page /ui/trials/{trial_id}")
             raise typer.Exit(EXIT_API_ERROR)
         if out_dir is not None:

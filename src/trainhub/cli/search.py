@@ -166,7 +166,9 @@ def parse_changes(pairs: list[str]) -> dict[str, Any]:
 
 
 def clone(
-    object_id: Annotated[int, typer.Argument(metavar="ID")],
+    object_id: Annotated[
+        int, typer.Argument(metavar="ID", help="An experiment id, or a trial id with --trial.")
+    ],
     changes: Annotated[
         list[str] | None,
         typer.Option(

@@ -25,8 +25,9 @@ EXIT_INVALID_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 # Console() looks up sys.stdout at each write, so these follow redirection (and CliRunner).
-out = Console(highlight=False, soft_wrap=True)  # plain lines (paths, commands) never break
-err = Console(stderr=True, highlight=False, soft_wrap=True)  # messages hold commands to copy
+# emoji=False: user text such as the model reference 'a:b:c' must not become an emoji.
+out = Console(highlight=False, soft_wrap=True, emoji=False)  # plain lines never break
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)  # commands to copy
 
 
 def fail(message: str, hint: str = "", code: int = EXIT_API_ERROR) -> typer.Exit:
@@ -64,7 +65,13 @@ def _login_hint(connection: Connection) -> str:
 
 
 def report_api_error(exc: ApiError, connection: Connection) -> None:
-    err.print(f"[bold red]error:[/] {escape(exc.message)}")
+    # the message of a 422 usually joins its field errors: then print each once, one a line
+    joined = bool(exc.errors) and all(
+        str(e.get("message", "") if isinstance(e, dict) else e.message) in exc.message
+        for e in exc.errors
+    )
+    message = "the server refused these fields:" if joined else escape(exc.message)
+    err.print(f"[bold red]error:[/] {message}")
     if exc.errors:
         print_field_errors(exc.errors)
     if exc.status_code == 401:

@@ -22,11 +22,13 @@ Pure: numpy arrays in, frozen results out.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
 
+from trainhub.core.errors import FieldError
 from trainhub.core.sample_dynamics import SampleRecords
 
 # cartography regions: variability at or above this is "ambiguous"; below it the confidence
@@ -218,3 +220,32 @@ def flagged_fraction_ids(scores: SampleScores, fraction: float) -> list[int]:
         raise ValueError(f"fraction must lie in (0, 1]; got {fraction}")
     count = max(1, round(fraction * len(scores))) if len(scores) else 0
     return [int(scores.ids[i]) for i in scores.ranking()[:count]]
+
+
+def relabel_errors(
+    relabel: Mapping[int, int], tracked_ids: np.ndarray, num_classes: int
+) -> list[FieldError]:
+    """What is wrong with ``relabel`` (sample id -> new label) for a trial that tracked the
+    samples ``tracked_ids`` with ``num_classes`` classes: ids it never tracked (a typo, or
+    another dataset's ids) and labels that are no class of it; empty when it fits."""
+    ids = np.fromiter(relabel, dtype=np.int64, count=len(relabel))
+    known = np.isin(ids, tracked_ids)
+    errors = []
+    for sample_id, is_known in zip(ids.tolist(), known.tolist(), strict=True):
+        label = relabel[sample_id]
+        if not is_known:
+            errors.append(
+                FieldError(
+                    f"relabel.{sample_id}",
+                    "the trial tracked no sample with this id",
+                    "take the ids from `trainhub debug TRIAL --csv FILE`",
+                )
+            )
+        elif label >= num_classes:
+            errors.append(
+                FieldError(
+                    f"relabel.{sample_id}",
+                    f"label {label} is not a class of the trial (0 .. {num_classes - 1})",
+                )
+            )
+    return errors

@@ -26,11 +26,22 @@ from dataclasses import dataclass, field
 ACCURACY_METRICS = ("val_accuracy", "accuracy", "val_acc", "acc", "top1")
 
 
+IMAGE_CLASSIFICATION = "image-classification"
+
+
 @dataclass(frozen=True)
 class Problem:
     task: str
     input_shape: tuple[int, ...]
     num_classes: int
+
+    def __post_init__(self) -> None:
+        if self.task == IMAGE_CLASSIFICATION and len(self.input_shape) != 3:
+            shape = "x".join(str(d) for d in self.input_shape)
+            raise ValueError(
+                f"--input {shape}: an image is CxHxW (channels, height, width), "
+                "e.g. 1x28x28 for MNIST or 3x32x32 for CIFAR"
+            )
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ with every model version registered from the trial (docs/adr/0015-model-registry
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -20,6 +21,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trainhub.core import limits
+from trainhub.core.errors import FieldError
 
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _NAME = re.compile(MODEL_NAME_PATTERN)
@@ -76,6 +78,22 @@ def parse_model_ref(text: str) -> ModelRef:
     if tenant and not _TENANT.match(tenant):
         raise ValueError(f"{text!r}: {tenant!r} is not a tenant name ({forms})")
     return ModelRef(name=name, version=version, tenant=tenant or None)
+
+
+# the zoo of trainhub.models (tests/models/test_zoo_names.py keeps both the same); core names it
+# without importing torch. Checked at submit and registration, not when a stored spec is read.
+ZOO_MODELS = ("lenet5", "mlp", "resnet18", "resnet20", "transformer")
+
+
+def zoo_error(zoo: object, path: str) -> FieldError | None:
+    """A FieldError at ``path`` when ``zoo`` names no model of the zoo (as ``models.create``
+    reads names: case, '-' and '_' ignored); None when it does."""
+    key = str(zoo).lower().replace("-", "").replace("_", "")
+    if key in ZOO_MODELS:
+        return None
+    close = difflib.get_close_matches(key, ZOO_MODELS, n=1)
+    hint = (f"did you mean {close[0]!r}? " if close else "") + "the zoo: " + ", ".join(ZOO_MODELS)
+    return FieldError(path, f"unknown zoo model {str(zoo)[:64]!r}", hint)
 
 
 class ArchSpec(_Strict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
@@ -38,31 +39,38 @@ def field_errors_from_pydantic(exc: ValidationError, model: type[BaseModel]) -> 
     for err in exc.errors():
         loc = tuple(err["loc"])
         path = ".".join(str(p) for p in loc)
-        kind = err["type"]
-        message = err["msg"]
-        hint = ""
-        if kind == "extra_forbidden":
+        if err["type"] == "extra_forbidden":
             owner = _model_at(model, loc[:-1])
             known = sorted(owner.model_fields) if owner else []
             name = str(loc[-1])
             close = difflib.get_close_matches(name, known, n=1)
-            message = f"unknown field {name!r}"
             hint = f"did you mean {close[0]!r}? " if close else ""
             hint += "known fields here: " + ", ".join(known)
-        elif kind == "missing":
-            message = "this field is required"
-            hint = "add it to the spec"
-        elif kind == "value_error":
-            message = message.removeprefix("Value error, ")
-        elif kind in {"enum", "literal_error"}:
-            got = err.get("input")
-            message = f"{got!r} is not allowed; " + message.replace("Input should be", "use")
-        elif kind.startswith(("greater", "less")):
-            hint = "change the value to lie in the allowed range"
-        elif kind == "string_pattern_mismatch":
-            hint = "use letters, digits, '-', '_' and '.', starting with a letter or digit"
-        elif kind.endswith("_type") or kind.endswith("_parsing"):
-            got = type(err.get("input")).__name__
-            hint = f"got a value of type {got}"
-        errors.append(FieldError(path, message, hint))
+            errors.append(FieldError(path, f"unknown field {name!r}", hint))
+        else:
+            errors.append(FieldError(path, *explain(err)))
     return errors
+
+
+def explain(err: Mapping[str, Any], where: str = "the spec") -> tuple[str, str]:
+    """The message and hint of one pydantic error (``ValidationError.errors()``, also the
+    API's request validation errors, ``where="the request"``) in words a user acts on."""
+    kind = str(err["type"])
+    message = str(err["msg"])
+    hint = ""
+    if kind == "missing":
+        message = "this field is required"
+        hint = f"add it to {where}"
+    elif kind == "value_error":
+        message = message.removeprefix("Value error, ")
+    elif kind in {"enum", "literal_error"}:
+        got = err.get("input")
+        message = f"{got!r} is not allowed; " + message.replace("Input should be", "use")
+    elif kind.startswith(("greater", "less")):
+        hint = "change the value to lie in the allowed range"
+    elif kind == "string_pattern_mismatch":
+        hint = "use letters, digits, '-', '_' and '.', starting with a letter or digit"
+    elif kind.endswith("_type") or kind.endswith("_parsing"):
+        got = type(err.get("input")).__name__
+        hint = f"got a value of type {got}"
+    return message, hint

@@ -7,10 +7,10 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trainhub.core.model_fit import Candidate, Fit, Problem, rank_models
+from trainhub.core.model_fit import IMAGE_CLASSIFICATION, Candidate, Fit, Problem, rank_models
 from trainhub.models import available, count_parameters, create
 
-IMAGE = "image-classification"
+IMAGE = IMAGE_CLASSIFICATION
 # the inputs each zoo architecture was designed and tuned for
 DESIGNED_FOR: dict[str, tuple[tuple[int, ...], ...]] = {
     "lenet5": ((1, 28, 28), (1, 32, 32)),

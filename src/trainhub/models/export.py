@@ -21,8 +21,14 @@ def build(arch: Mapping[str, Any], weights: Mapping[str, Any]) -> torch.nn.Modul
         raise ValueError(
             "this version records no architecture (arch.zoo); register it again with --arch"
         )
-    model = create(str(arch["zoo"]), **dict(arch.get("args") or {}))
-    model.load_state_dict(extract_state_dict(weights))
+    try:
+        model = create(str(arch["zoo"]), **dict(arch.get("args") or {}))
+    except TypeError as exc:  # arguments the zoo factory does not take
+        raise ValueError(f"arch {dict(arch)} does not build: {exc}") from None
+    try:
+        model.load_state_dict(extract_state_dict(weights))
+    except RuntimeError as exc:
+        raise ValueError(f"the weights do not fit arch {dict(arch)}: {exc}") from None
     return model.eval()
 
 
@@ -42,6 +48,15 @@ def export_version(
     state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     model = build(arch, state)
     example = example_input(arch)
+    try:
+        with torch.no_grad():
+            model(example[:1])
+    except RuntimeError as exc:
+        shape = "x".join(str(d) for d in example.shape[1:])
+        raise ValueError(
+            f"the model does not take inputs of shape {shape} ({exc}); "
+            "pass --input CxHxW with the shape it was trained on"
+        ) from None
     if fmt == "torchscript":
         compress.export_torchscript(model, example[:1], out)
         loaded = compress.load_torchscript(out)

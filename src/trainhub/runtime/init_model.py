@@ -201,11 +201,18 @@ def _grow(model: nn.Module, grow: Mapping[str, Any]) -> tuple[nn.Module, list[st
             "lacks; upgrade trainhub or drop model.grow"
         ) from None
     done = []
+    # a GrowthError (a ValueError) names the layer; the spec path says where the user wrote it
     for layer, factor in (grow.get("wider") or {}).items():
-        model = net2net.wider(model, layer, float(factor))
+        try:
+            model = net2net.wider(model, layer, float(factor))
+        except ValueError as exc:
+            raise ValueError(f"model.grow.wider.{layer}: {exc}") from None
         done.append(f"wider {layer} x{factor}")
-    for layer in grow.get("deeper") or ():
-        model = net2net.deeper(model, layer)
+    for i, layer in enumerate(grow.get("deeper") or ()):
+        try:
+            model = net2net.deeper(model, layer)
+        except ValueError as exc:
+            raise ValueError(f"model.grow.deeper.{i}: {exc}") from None
         done.append(f"deeper {layer}")
     return model, done
 

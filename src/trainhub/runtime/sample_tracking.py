@@ -107,6 +107,14 @@ class RemoteSampleSink:
         return not self._thread.is_alive() and not self._failed
 
 
+def _integers(name: str, values: object) -> torch.Tensor:
+    """``values`` as an integer tensor (a list or array is converted); else a clear error."""
+    tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(values)
+    if tensor.dtype.is_floating_point or tensor.dtype.is_complex or tensor.dtype == torch.bool:
+        raise TypeError(f"{name} must be integers; got {tensor.dtype}")
+    return tensor
+
+
 class SampleTracker:
     """Accumulates per-sample training dynamics of one rank; see the module docstring."""
 
@@ -144,6 +152,11 @@ class SampleTracker:
         epoch: int | None = None,
         source: str | None = None,
     ) -> None:
+        if not isinstance(logits, torch.Tensor):
+            raise TypeError(
+                f"logits must be a tensor (batch, classes); got {type(logits).__name__}"
+            )
+        ids, labels = _integers("ids", ids), _integers("labels", labels)
         if logits.dim() != 2:
             raise ValueError(f"logits must be (batch, classes); got shape {tuple(logits.shape)}")
         size, classes = logits.shape
@@ -152,6 +165,17 @@ class SampleTracker:
                 f"ids and labels must be ({size},) like the logits' batch; got "
                 f"{tuple(ids.shape)} and {tuple(labels.shape)}"
             )
+        # on the host they are checked here; on a GPU (a check would synchronise each step)
+        # the flush leaves out the records of labels that are no class
+        if labels.device.type == "cpu" and size:
+            low, high = int(labels.min()), int(labels.max())
+            if low < 0 or high >= classes:
+                raise ValueError(
+                    f"labels must lie in 0 .. {classes - 1} (the logits' classes); got "
+                    f"{low if low < 0 else high}: pass the labels the loss uses"
+                )
+        if ids.device.type == "cpu" and size and int(ids.min()) < 0:
+            raise ValueError(f"sample ids must be >= 0; got {int(ids.min())}")
         if epoch is not None and (
             isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0
         ):
@@ -198,13 +222,25 @@ class SampleTracker:
         assert self._logits is not None
         with torch.no_grad():
             z = self._logits[: self._used]
-            y = self._labels[: self._used].view(-1, 1)
+            labels = self._labels[: self._used].view(-1, 1)
+            valid = ((labels >= 0) & (labels < z.shape[1])).view(-1)
+            y = labels.clamp(0, z.shape[1] - 1)  # a gather out of bounds kills a CUDA process
             given = z.gather(1, y)
             others = z.scatter(1, y, float("-inf")).amax(1, keepdim=True)
             log_prob = given - torch.logsumexp(z, 1, keepdim=True)
             floats = torch.cat([given - others, log_prob], 1).cpu().numpy()
             ints = torch.stack([self._ids[: self._used], y.view(-1), z.argmax(1)], 1).cpu().numpy()
+            kept = valid.cpu().numpy()
         epochs = self._epoch_column(ints[:, 0])
+        if not kept.all():
+            logger.warning(
+                "trainhub: track_samples got %d labels outside 0 .. %d (e.g. %d); their records "
+                "are left out: pass the labels the loss uses",
+                int((~kept).sum()),
+                z.shape[1] - 1,
+                int(labels.view(-1)[torch.from_numpy(~kept).to(labels.device)][0]),
+            )
+            floats, ints, epochs = floats[kept], ints[kept], epochs[kept]
         self._used = 0
         self._epochs = []
         margins = _half(floats[:, 0])

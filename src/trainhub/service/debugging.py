@@ -19,6 +19,7 @@ from trainhub.core.label_noise import (
     SampleScores,
     class_report,
     flagged_fraction_ids,
+    relabel_errors,
     score_samples,
 )
 from trainhub.core.sample_dynamics import (
@@ -168,6 +169,24 @@ class DebugService:
             scores=scores,
             classes=class_report(scores, num_classes),
         )
+
+    def check_relabel(
+        self, principal: Principal, trial_id: int, relabel: Mapping[int, int]
+    ) -> None:
+        """Refuse relabels of samples the trial never tracked or to labels that are no class
+        of it; a trial without sample records has nothing to check against."""
+        with self.uow() as repo:
+            _trial_for(repo, principal, trial_id, write=False)
+        batches = self.store.batches(trial_id) if relabel else []
+        if not batches:
+            return
+        records = latest_attempt_only(
+            [unpack(b.data) for b in batches], [b.attempt for b in batches]
+        )
+        num_classes = max(b.num_classes for b in batches)
+        errors = relabel_errors(relabel, np.unique(records.ids), num_classes)
+        if errors:
+            raise InvalidSpec(errors[:20])
 
     def flagged_ids(self, principal: Principal, trial_id: int, fraction: float) -> list[int]:
         """The ids of the most suspicious ``fraction`` of a trial's samples."""

@@ -21,6 +21,7 @@ from trainhub.core.errors import (
     NotFound,
     PermissionDenied,
 )
+from trainhub.core.model_spec import zoo_error
 from trainhub.core.resources import (
     Node,
     ResourceRequest,
@@ -174,6 +175,9 @@ class ExperimentService:
                 "only cluster admins may submit with priority 'urgent'", "use 'high'"
             )
         check_fits_cluster(spec.resources, self._nodes())
+        unknown_zoo = spec.model.arch and zoo_error(spec.model.arch.zoo, "model.arch.zoo")
+        if unknown_zoo:
+            raise InvalidSpec([unknown_zoo])
         spec = self.resolve_model(principal, tenant_name, spec)
         assert principal.user_id is not None
         key = None

@@ -32,7 +32,7 @@ from trainhub.core.errors import (
     PermissionDenied,
     QuotaExceeded,
 )
-from trainhub.core.model_spec import ModelRef, parse_model_ref
+from trainhub.core.model_spec import ModelRef, parse_model_ref, zoo_error
 from trainhub.core.spec import ExperimentSpec
 from trainhub.service.auth import check_read, check_trial_scope, check_write, require_user
 from trainhub.service.clock import Clock
@@ -264,6 +264,9 @@ class RegistryService:
                 "registered models count with checkpoints)",
                 "delete old checkpoints or ask an admin to raise the quota",
             )
+        unknown_zoo = arch and zoo_error(arch.get("zoo"), "arch.zoo")
+        if unknown_zoo:
+            raise InvalidSpec([unknown_zoo])
         spec = ExperimentSpec.model_validate(experiment.spec)
         spec_arch = spec.model.arch.model_dump(mode="json") if spec.model.arch else {}
         recorded = {**trial.latest_metrics, **checkpoint.metrics}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Annotated
+from typing import Annotated, Literal, get_args
 
 from fastapi import APIRouter, Query, Response
 
@@ -20,9 +20,9 @@ from trainhub.service.debugging import DebugService
 
 router = APIRouter(prefix="/trials", tags=["debugging"], responses=errors(404, 409))
 
-Score = Annotated[
-    str, Query(pattern="^(" + "|".join(SCORES) + ")$", description="The mislabel score.")
-]
+ScoreName = Literal["aum", "confidence", "forgetting", "combined"]
+assert get_args(ScoreName) == SCORES, "the route offers every score core computes"
+Score = Annotated[ScoreName, Query(description="The mislabel score.")]
 
 
 def _debugging(services: Services) -> DebugService:

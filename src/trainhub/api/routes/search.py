@@ -136,12 +136,11 @@ def clone_trial(
         if services.debugging is None:
             raise Conflict("this control plane does not keep sample records")
         drop = services.debugging.flagged_ids(principal, trial_id, body.drop_flagged)
+    sample_filter = SampleFilter.of(drop, body.relabel or {})
+    if sample_filter.relabel and services.debugging is not None:
+        services.debugging.check_relabel(principal, trial_id, dict(sample_filter.relabel))
     detail = _steering(services).clone_trial(
-        principal,
-        trial_id,
-        body.set,
-        body.from_checkpoint,
-        sample_filter=SampleFilter.of(drop, body.relabel or {}),
+        principal, trial_id, body.set, body.from_checkpoint, sample_filter=sample_filter
     )
     return ExperimentDetailPublic.of_detail(detail)
 
