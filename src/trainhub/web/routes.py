@@ -7,26 +7,25 @@ import io
 import secrets
 from collections.abc import Callable
 from typing import Annotated, Any
-from urllib.parse import urlencode
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from trainhub.core.errors import Conflict, InvalidRequest, NotFound, TrainhubError, Unauthenticated
+from trainhub.core.errors import Conflict, InvalidRequest, TrainhubError, Unauthenticated
 from trainhub.core.limits import INT64_MAX
 from trainhub.core.spec_changes import parse_changes
-from trainhub.core.states import ExperimentState
 from trainhub.service.container import Services
 from trainhub.service.ports import Principal
 from trainhub.service.steering import SteeringService
 from trainhub.web.admin import add_admin_routes
 from trainhub.web.cluster import add_cluster_routes, trial_gpus_context
+from trainhub.web.lists import ListQuery, experiments_context, list_query, usage_context
 from trainhub.web.profiles import add_profile_routes, profiles_context
 from trainhub.web.sessions import LOGIN_CSRF_COOKIE, SESSION_COOKIE
-from trainhub.web.site import HERE, PAGE_SIZE, PREFIX, LoginNeeded, Site, templates
-from trainhub.web.streams import add_live_routes
+from trainhub.web.site import HERE, PREFIX, LoginNeeded, Site, templates
+from trainhub.web.streams import add_list_live_routes, add_live_routes
 from trainhub.web.views import experiment_context
 
 
@@ -142,41 +141,12 @@ def build_router(services: Services) -> APIRouter:
     # ------------------------------------------------------------ experiments
     @router.get("/experiments", response_class=HTMLResponse)
     def experiments_page(
-        request: Request,
-        state: Annotated[str | None, Query(max_length=32)] = None,
-        page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
-        project: Annotated[str, Query(max_length=64)] = "",
-        name: Annotated[str, Query(max_length=64)] = "",
+        request: Request, q: Annotated[ListQuery, Depends(list_query)]
     ) -> Response:
-        def build(principal: Principal) -> dict[str, Any]:
-            chosen = None
-            if state:
-                try:
-                    chosen = ExperimentState(state)
-                except ValueError as exc:
-                    raise NotFound(f"no experiment state {state!r}") from exc
-            rows, count = services.experiments.list_experiments(
-                principal,
-                chosen,
-                PAGE_SIZE,
-                (page - 1) * PAGE_SIZE,
-                project=project or None,
-                name_contains=name or None,
-            )
-            pages = max(1, -(-count // PAGE_SIZE))
-            return {
-                "experiments": rows,
-                "count": count,
-                "page": page,
-                "pages": pages,
-                "state": state or "",
-                "project": project,
-                "name": name,
-                "query": urlencode({"state": state or "", "project": project, "name": name}),
-                "states": [s.value for s in ExperimentState],
-            }
+        return web.page(request, "experiments.html", lambda p: experiments_context(services, p, q))
 
-        return web.page(request, "experiments.html", build)
+    # before /experiments/{experiment_id}, which would take "events" for an id
+    add_list_live_routes(router, web)
 
     @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
     def experiment_page(request: Request, experiment_id: int) -> Response:
@@ -308,20 +278,7 @@ def build_router(services: Services) -> APIRouter:
 
     @router.get("/usage", response_class=HTMLResponse)
     def usage_page(request: Request) -> Response:
-        def build(principal: Principal) -> dict[str, Any]:
-            report = services.usage.report(principal, None, None)
-            days = sorted({r.day for r in report.rows})
-            hours: dict[str, dict[str, float]] = {}
-            for r in report.rows:
-                per_day = hours.setdefault(r.tenant, {})
-                per_day[r.day] = per_day.get(r.day, 0.0) + r.slot_hours
-            series = {
-                tenant: {"x": list(range(len(days))), "y": [h.get(d, 0.0) for d in days]}
-                for tenant, h in sorted(hours.items())
-            }
-            return {"report": report, "chart": {"days": days, "series": series}}
-
-        return web.page(request, "usage.html", build)
+        return web.page(request, "usage.html", lambda p: usage_context(services, p))
 
     @router.get("/usage.csv")
     def usage_csv(request: Request) -> Response:

@@ -5,19 +5,23 @@
   ``attempt:offset`` so a reconnect resumes there), ``gpus`` (the trial's GPUs, HTML);
 - ``/ui/experiments/{id}/events``: ``experiment`` (state, the trials' rows, the plot's data);
 - ``/ui/queue/events``: ``queue`` (the queue's rows, HTML, and their count);
-- ``/ui/cluster/events``: ``nodes`` (the nodes' part of the page, HTML).
+- ``/ui/cluster/events``: ``nodes`` (the nodes' part of the page, HTML);
+- ``/ui/experiments/events?state=&project=&name=&page=``: ``experiments`` (that page of the
+  list, filtered as the page is, HTML, and the count);
+- ``/ui/usage/events``: ``usage`` (the period, the chart's data and the tables, HTML).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import Response
 
 from trainhub.core.downsample import DEFAULT_BUCKETS
 from trainhub.service.ports import Principal
 from trainhub.web.cluster import render_nodes, render_trial_gpus
+from trainhub.web.lists import ListQuery, experiments_update, list_query, usage_update
 from trainhub.web.live import Event, Produce, stream
 from trainhub.web.profiles import render_profiles
 from trainhub.web.sessions import SESSION_COOKIE
@@ -26,6 +30,7 @@ from trainhub.web.views import experiment_update
 
 TRIAL_INTERVAL_S = 1.0  # logs follow at this pace
 PAGE_INTERVAL_S = 2.0
+USAGE_INTERVAL_S = 5.0  # a week of attempts summed per look; hours grow slowly
 _TERMINAL = {"COMPLETED", "FAILED", "CANCELED", "PRUNED", "ERROR"}
 
 
@@ -117,3 +122,25 @@ def add_live_routes(router: APIRouter, site: Site) -> None:
             return [("nodes", {"html": render_nodes(site, principal, csrf)}, None)]
 
         return await stream(request, site, produce, interval_s=PAGE_INTERVAL_S)
+
+
+def add_list_live_routes(router: APIRouter, site: Site) -> None:
+    """The experiments list's and the usage page's streams (registered before the experiment
+    page's route, whose ``{experiment_id}`` would take ``events``)."""
+    services = site.services
+
+    @router.get("/experiments/events")
+    async def experiments_events(
+        request: Request, q: Annotated[ListQuery, Depends(list_query)]
+    ) -> Response:
+        def produce(principal: Principal) -> list[Event]:
+            return [("experiments", experiments_update(services, principal, q), None)]
+
+        return await stream(request, site, produce, interval_s=PAGE_INTERVAL_S)
+
+    @router.get("/usage/events")
+    async def usage_events(request: Request) -> Response:
+        def produce(principal: Principal) -> list[Event]:
+            return [("usage", usage_update(services, principal), None)]
+
+        return await stream(request, site, produce, interval_s=USAGE_INTERVAL_S)

@@ -44,7 +44,7 @@ function drawChart(canvas, series, opts) {
   ctx.font = "11px system-ui"; ctx.fillStyle = "#6b7380"; ctx.strokeStyle = "#e3e6ea";
   canvas._geom = null;
   if (!isFinite(x0) || !isFinite(y0)) { ctx.fillText("no data yet", L, T + 20); canvas.dataset.drawn = String(performance.now()); return; }
-  if (x1 === x0) x1 = x0 + 1; if (y1 === y0) { y1 = y0 + 1; y0 = y0 - 1; }
+  if (x1 === x0) { x0 -= 0.5; x1 += 0.5; } if (y1 === y0) { y1 = y0 + 1; y0 = y0 - 1; }
   const sx = (x) => L + ((x - x0) / (x1 - x0)) * (w - L - R);
   const sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (h - T - B);
   canvas._geom = { x0, x1, L, R, w, h };
@@ -53,7 +53,8 @@ function drawChart(canvas, series, opts) {
     ctx.beginPath(); ctx.moveTo(L, py); ctx.lineTo(w - R, py); ctx.stroke();
     ctx.fillText((log ? Math.pow(10, yv) : yv).toPrecision(3), 4, py + 4);
     const xv = x0 + ((x1 - x0) * i) / 4;
-    const label = opts.xLabels ? (opts.xLabels[Math.round(xv)] || "") : (x1 - x0 < 8 ? xv.toFixed(1) : Math.round(xv).toString());
+    // day labels only where a day is (one day: once, not five times)
+    const label = opts.xLabels ? (Math.abs(xv - Math.round(xv)) < 1e-9 ? (opts.xLabels[Math.round(xv)] || "") : "") : (x1 - x0 < 8 ? xv.toFixed(1) : Math.round(xv).toString());
     ctx.textAlign = i === 0 ? "left" : i === 4 ? "right" : "center";
     ctx.fillText(label, sx(xv), h - 8);
     ctx.textAlign = "left";
@@ -70,6 +71,8 @@ function drawChart(canvas, series, opts) {
       if (pen) ctx.lineTo(sx(s.x[i]), sy(v)); else { ctx.moveTo(sx(s.x[i]), sy(v)); pen = true; }
     }
     ctx.stroke();
+    // a lone point (one day of usage, one step) draws no line: a dot then
+    if (s.x.length === 1 && isFinite(s.y[0])) { ctx.fillStyle = ctx.strokeStyle; ctx.beginPath(); ctx.arc(sx(s.x[0]), sy(s.y[0]), 3, 0, 2 * Math.PI); ctx.fill(); }
   });
   ctx.restore();
   if (prepared.length > 1) prepared.forEach((s, k) => { ctx.fillStyle = COLORS[k % COLORS.length]; ctx.fillText(s.name, w - R - 90, T + 12 + 13 * k); });
@@ -310,6 +313,32 @@ function queuePage(table) {
   });
 }
 
+function experimentsPage(root) {
+  live(root.dataset.live, {
+    experiments: (body) => {
+      root.innerHTML = body.html;
+      const n = document.getElementById("experiments-count"); if (n) n.textContent = String(body.count);
+      root.dataset.updated = String(Date.now());
+    },
+  });
+}
+
+function drawUsage(canvas, data) {
+  const series = Object.entries(data.series).map(([name, s]) => ({ name, x: s.x, y: s.y }));
+  drawChart(canvas, series, { log: false, smoothing: 0, xLabels: data.days });
+}
+
+function usagePage(root, canvas) {
+  live(root.dataset.live, {
+    usage: (body) => {
+      root.innerHTML = body.html;
+      const period = document.getElementById("usage-period"); if (period) period.textContent = body.period;
+      if (canvas) { canvas.dataset.chart = JSON.stringify(body.chart); drawUsage(canvas, body.chart); }
+      root.dataset.updated = String(Date.now());
+    },
+  });
+}
+
 function sortable(table) {
   table.querySelectorAll("th").forEach((th, col) => th.addEventListener("click", () => {
     const body = table.tBodies[0];
@@ -328,11 +357,10 @@ document.addEventListener("DOMContentLoaded", () => {
   const nodes = document.getElementById("nodes"); if (nodes && nodes.dataset.live) clusterPage(nodes);
   const queue = document.getElementById("queue"); if (queue && queue.dataset.live) queuePage(queue);
   document.querySelectorAll("table.sortable").forEach(sortable);
+  const list = document.getElementById("experiments-list"); if (list && list.dataset.live) experimentsPage(list);
   const usage = document.getElementById("usage-chart");
-  if (usage) {
-    const data = JSON.parse(usage.dataset.chart);
-    const series = Object.entries(data.series).map(([name, s]) => ({ name, x: s.x, y: s.y }));
-    drawChart(usage, series, { log: false, smoothing: 0, xLabels: data.days });
-  }
+  if (usage) drawUsage(usage, JSON.parse(usage.dataset.chart));
+  const usageTables = document.getElementById("usage-tables");
+  if (usageTables && usageTables.dataset.live) usagePage(usageTables, usage);
   window.addEventListener("resize", () => { if (pc) drawParcoords(pc, JSON.parse(pc.dataset.chart)); });
 });
