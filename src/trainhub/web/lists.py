@@ -82,9 +82,10 @@ def usage_context(services: Services, principal: Principal) -> dict[str, Any]:
     for r in report.rows:
         per_day = hours.setdefault(r.tenant, {})
         per_day[r.day] = per_day.get(r.day, 0.0) + r.slot_hours
-    # rounded as shown: a running trial's hours grow every second, an event per 0.01 h is enough
+    # 4 digits, as the tables show them: a running trial's hours grow every second, and a
+    # live stream sends an event only when what it shows changed
     series = {
-        tenant: {"x": list(range(len(days))), "y": [round(h.get(d, 0.0), 2) for d in days]}
+        tenant: {"x": list(range(len(days))), "y": [float(f"{h.get(d, 0.0):.4g}") for d in days]}
         for tenant, h in sorted(hours.items())
     }
     return {"report": report, "chart": {"days": days, "series": series}}
