@@ -303,11 +303,26 @@ class TrainhubClient:
         )
         return result
 
-    def list_experiments(self, state: str | None = None, limit: int = 50, offset: int = 0) -> JSON:
-        """Experiments visible to the caller, newest first: ``{"data": [...], "count": N}``."""
-        params: dict[str, Any] = {"limit": limit, "offset": offset}
+    def list_experiments(
+        self,
+        state: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        *,
+        tenant: str | None = None,
+        user: str | None = None,
+        sort: str = "created",
+        order: str = "desc",
+    ) -> JSON:
+        """Experiments visible to the caller (newest first unless ``sort``/``order`` say
+        otherwise; ``sort``: created, name or best): ``{"data": [...], "count": N}``."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset, "sort": sort, "order": order}
         if state:
             params["state"] = state.upper()
+        if tenant:
+            params["tenant"] = tenant
+        if user:
+            params["user"] = user
         result: JSON = self._json("GET", "/experiments", params=params)
         return result
 

@@ -6,12 +6,12 @@ Ids, steps, attempts and offsets are 64-bit (what the database holds): a larger 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Path, Query
 from pydantic import BaseModel, Field
 
-from trainhub.core.limits import INT64_MAX
+from trainhub.core.limits import INT64_MAX, MAX_LIST_FILTER_CHARS
 
 ExperimentId = Annotated[int, Path(ge=1, le=INT64_MAX, description="An experiment id.")]
 TrialId = Annotated[int, Path(ge=1, le=INT64_MAX, description="A trial id.")]
@@ -21,6 +21,10 @@ Name = Annotated[str, Path(min_length=1, max_length=64)]
 Offset = Annotated[int, Query(ge=0, le=INT64_MAX, description="Items or bytes to skip.")]
 Step = Annotated[int, Query(ge=0, le=INT64_MAX)]
 Attempt = Annotated[int, Query(ge=1, le=INT64_MAX)]
+ListFilter = Annotated[str, Query(max_length=MAX_LIST_FILTER_CHARS)]
+# limits.EXPERIMENT_SORTS and limits.SORT_ORDERS (a Literal needs them spelled out)
+ExperimentSort = Literal["created", "name", "best"]
+SortOrder = Literal["asc", "desc"]
 
 
 class ErrorDetail(BaseModel):

@@ -40,6 +40,9 @@ class ExperimentPublic(BaseModel):
     created_at: float
     ended_at: float | None
     trial_ids: list[int]
+    best_value: float | None = Field(
+        None, description="Best value of the searcher's metric any trial reported."
+    )
 
     @classmethod
     def of(cls, e: records.Experiment) -> ExperimentPublic:
@@ -53,6 +56,7 @@ class ExperimentPublic(BaseModel):
             created_at=e.created_at,
             ended_at=e.ended_at,
             trial_ids=list(e.trial_ids),
+            best_value=e.best_value,
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -20,6 +21,7 @@ from trainhub.cli.session import (
     out,
     print_field_errors,
 )
+from trainhub.core import limits
 from trainhub.core.states import ExperimentState
 
 if TYPE_CHECKING:
@@ -168,18 +170,52 @@ def _follow(client: TrainhubClient, trial_id: int) -> int:
 # -- ls, show, cancel --
 
 
+class ListSort(StrEnum):
+    created = "created"
+    name = "name"
+    best = "best"
+
+
+class ListOrder(StrEnum):
+    asc = "asc"
+    desc = "desc"
+
+
 def ls(
     state: Annotated[
         ExperimentState | None,
         typer.Option("--state", "-s", case_sensitive=False, help="Only experiments in this state."),
     ] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only this tenant's experiments.")
+    ] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u", help="Only this submitter's.")] = None,
+    sort: Annotated[
+        ListSort,
+        typer.Option("--sort", help="created, name, or best (the searcher metric's best value)."),
+    ] = ListSort.created,
+    order: Annotated[
+        ListOrder, typer.Option("--order", help="desc: newest, last name or best first.")
+    ] = ListOrder.desc,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000)] = 20,
 ) -> None:
-    """List experiments, newest first."""
+    """List experiments, newest first (or by --sort)."""
     from trainhub.cli.render import experiments_table
 
+    for flag, value in (("--tenant", tenant), ("--user", user)):
+        if value is not None and len(value) > limits.MAX_LIST_FILTER_CHARS:
+            raise typer.BadParameter(
+                f"at most {limits.MAX_LIST_FILTER_CHARS} characters", param_hint=flag
+            )
     with connect() as client:
-        page = client.list_experiments(state.value if state else None, limit)
+        page = client.list_experiments(
+            state.value if state else None,
+            limit,
+            tenant=tenant,
+            user=user,
+            sort=sort.value,
+            order=order.value,
+        )
     if not page["data"]:
         out.print("no experiments" + (f" in state {state.value}" if state else ""))
         return

@@ -218,10 +218,12 @@ def experiments_table(rows: list[JSON], now: float | None = None) -> Table:
         ("owner", "left"),
         ("state", "left"),
         ("trials", "right"),
+        ("best", "right"),
         ("created", "left"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for e in rows:
+        best = e.get("best_value")
         table.add_row(
             str(e["id"]),
             Text(e["name"]),
@@ -229,6 +231,7 @@ def experiments_table(rows: list[JSON], now: float | None = None) -> Table:
             Text(e["owner"]),
             state_text(e["state"]),
             str(len(e["trial_ids"])),
+            "" if best is None else f"{best:.4g}",
             ago(e["created_at"], now),
         )
     return table

@@ -121,3 +121,8 @@ MAX_MODELS_LISTED = 500
 MAX_MODEL_SHARES = 256  # tenants one model is shared with
 MAX_GROW_LAYERS = 64
 MAX_GROW_FACTOR = 16.0  # Net2WiderNet (trainhub.models.net2net) takes 1 < factor <= 16
+
+# the experiments list (API, page, CLI): filters and sort
+MAX_LIST_FILTER_CHARS = 64  # tenant, project, user and name filters
+EXPERIMENT_SORTS = ("created", "name", "best")
+SORT_ORDERS = ("asc", "desc")

@@ -245,7 +245,13 @@ class ExperimentService:
         *,
         project: str | None = None,
         name_contains: str | None = None,
+        tenant: str | None = None,
+        owner: str | None = None,
+        sort: str = "created",
+        order: str = "desc",
     ) -> tuple[list[Experiment], int]:
+        """A page of the visible experiments. A ``tenant`` the principal cannot see gives an
+        empty page, as one without experiments does (no error that tells it exists)."""
         require_user(principal)
         with self.uow() as repo:
             return repo.list_experiments(
@@ -255,6 +261,10 @@ class ExperimentService:
                 offset,
                 project=project,
                 name_contains=name_contains,
+                tenant=tenant,
+                owner=owner,
+                sort=sort,
+                order=order,
             )
 
     def get(self, principal: Principal, experiment_id: int) -> ExperimentDetail:

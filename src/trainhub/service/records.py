@@ -63,6 +63,8 @@ class Experiment:
     created_at: float
     ended_at: float | None
     trial_ids: tuple[int, ...] = ()
+    # best value of the searcher's metric reported by any of its trials (None: none yet)
+    best_value: float | None = None
 
 
 @dataclass(frozen=True)

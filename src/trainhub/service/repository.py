@@ -100,7 +100,19 @@ class ExperimentStore(Protocol):
         *,
         project: str | None = None,
         name_contains: str | None = None,
-    ) -> tuple[list[Experiment], int]: ...
+        tenant: str | None = None,
+        owner: str | None = None,
+        sort: str = "created",
+        order: str = "desc",
+    ) -> tuple[list[Experiment], int]:
+        """A page of experiments of ``tenants`` (None: all) and its total. ``tenant`` outside
+        ``tenants`` gives none; ``sort`` is one of limits.EXPERIMENT_SORTS."""
+        ...
+
+    def offer_experiment_best(self, experiment_id: int, value: float, mode: str) -> None:
+        """Store ``value`` as the best of the searcher's metric if it beats the stored one."""
+        ...
+
     def set_experiment_state(
         self, experiment_id: int, state: ExperimentState, ended_at: float | None
     ) -> None: ...

@@ -60,6 +60,23 @@ def _trial_for(repo: Repository, principal: Principal, trial_id: int, write: boo
     return trial
 
 
+def _offer_best(
+    repo: Repository, experiment_id: int, points: list[tuple[int, dict[str, float]]]
+) -> None:
+    """Offer the batch's best value of the searcher's metric as the experiment's best (what
+    the experiments list sorts by)."""
+    searcher = repo.experiment_specs([experiment_id]).get(experiment_id, {}).get("searcher")
+    metric = searcher.get("metric") if isinstance(searcher, dict) else None
+    if not metric:
+        return
+    values = [v[metric] for _, v in points if isinstance(v.get(metric), int | float)]
+    if values:
+        mode = "min" if searcher.get("mode") == "min" else "max"
+        repo.offer_experiment_best(
+            experiment_id, float(min(values) if mode == "min" else max(values)), mode
+        )
+
+
 def _writable_trial(
     repo: Repository, principal: Principal, trial_id: int, attempt: int, what: str, now: float
 ) -> Trial:
@@ -267,6 +284,7 @@ class TrackingService:
             repo.update_trial(
                 trial_id, TrialUpdate(latest_metrics=latest, progress=progress or KEEP)
             )
+            _offer_best(repo, trial.experiment_id, points)
 
     @staticmethod
     def _raise_layer_alerts(

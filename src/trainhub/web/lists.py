@@ -9,6 +9,8 @@ from urllib.parse import urlencode
 
 from fastapi import Query
 
+from trainhub.api.params import ExperimentSort, SortOrder
+from trainhub.core import limits
 from trainhub.core.errors import NotFound
 from trainhub.core.states import ExperimentState
 from trainhub.service.container import Services
@@ -24,19 +26,40 @@ class ListQuery:
     page: int
     project: str
     name: str
+    tenant: str = ""
+    user: str = ""
+    sort: str = "created"
+    order: str = "desc"
 
     def filters(self) -> str:
-        """The filters as a query string (the pager's links add the page)."""
-        return urlencode({"state": self.state, "project": self.project, "name": self.name})
+        """The filters and sort as a query string (the pager's links add the page)."""
+        return urlencode(
+            {
+                "state": self.state,
+                "tenant": self.tenant,
+                "project": self.project,
+                "user": self.user,
+                "name": self.name,
+                "sort": self.sort,
+                "order": self.order,
+            }
+        )
+
+
+_Filter = Annotated[str, Query(max_length=limits.MAX_LIST_FILTER_CHARS)]
 
 
 def list_query(
     state: Annotated[str | None, Query(max_length=32)] = None,
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
-    project: Annotated[str, Query(max_length=64)] = "",
-    name: Annotated[str, Query(max_length=64)] = "",
+    project: _Filter = "",
+    name: _Filter = "",
+    tenant: _Filter = "",
+    user: _Filter = "",
+    sort: ExperimentSort = "created",
+    order: SortOrder = "desc",
 ) -> ListQuery:
-    return ListQuery(state or "", page, project, name)
+    return ListQuery(state or "", page, project, name, tenant, user, sort, order)
 
 
 def experiments_context(services: Services, principal: Principal, q: ListQuery) -> dict[str, Any]:
@@ -53,6 +76,10 @@ def experiments_context(services: Services, principal: Principal, q: ListQuery) 
         (q.page - 1) * PAGE_SIZE,
         project=q.project or None,
         name_contains=q.name or None,
+        tenant=q.tenant or None,
+        owner=q.user or None,
+        sort=q.sort,
+        order=q.order,
     )
     return {
         "experiments": rows,
@@ -62,6 +89,11 @@ def experiments_context(services: Services, principal: Principal, q: ListQuery) 
         "state": q.state,
         "project": q.project,
         "name": q.name,
+        "tenant": q.tenant,
+        "user": q.user,
+        "sort": q.sort,
+        "order": q.order,
+        "sorts": limits.EXPERIMENT_SORTS,
         "query": q.filters(),
         "live": f"/ui/experiments/events?{q.filters()}&page={q.page}",
         "states": [s.value for s in ExperimentState],

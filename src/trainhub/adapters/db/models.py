@@ -78,8 +78,8 @@ class ExperimentRow(Base):
     __tablename__ = "experiments"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"), index=True)
-    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
-    name: Mapped[str] = mapped_column(String(64))
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64), index=True)
     project: Mapped[str] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(16), index=True)
     spec_yaml: Mapped[str] = mapped_column(Text)
@@ -88,6 +88,11 @@ class ExperimentRow(Base):
     context_size: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[float] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the best value of the searcher's metric any trial reported, and the same as a rank that
+    # sorts best first in ascending order whatever the mode (value for min, -value for max);
+    # written only by offer_experiment_best (migration 0011)
+    best_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    best_rank: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
 
 
 class TrialRow(Base):

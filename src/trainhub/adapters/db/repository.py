@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from sqlalchemy import Engine, func, insert, select
+from sqlalchemy import Engine, func, insert, or_, select
 from sqlalchemy import update as sa_update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -248,6 +248,7 @@ class SqlRepository(SqlLayerAlertStore):
             row.created_at,
             row.ended_at,
             trial_ids,
+            row.best_value,
         )
 
     def _user(self, row: UserRow) -> User:
@@ -411,22 +412,35 @@ class SqlRepository(SqlLayerAlertStore):
         *,
         project: str | None = None,
         name_contains: str | None = None,
+        tenant: str | None = None,
+        owner: str | None = None,
+        sort: str = "created",
+        order: str = "desc",
     ) -> tuple[list[Experiment], int]:
         query = select(ExperimentRow)
         if project:
             query = query.where(ExperimentRow.project == project)
         if name_contains:
             query = query.where(ExperimentRow.name.contains(name_contains, autoescape=True))
-        if tenants is not None:
-            names = list(tenants)
+        names = None if tenants is None else list(tenants)
+        if tenant:
+            names = [tenant] if names is None or tenant in names else []
+        if names is not None:
             query = query.join(TenantRow, TenantRow.id == ExperimentRow.tenant_id).where(
                 TenantRow.name.in_(names)
+            )
+        if owner:
+            query = query.where(
+                ExperimentRow.owner_id
+                == select(UserRow.id).where(UserRow.username == owner).scalar_subquery()
             )
         if state is not None:
             query = query.where(ExperimentRow.state == state.value)
         count = self.s.scalar(select(func.count()).select_from(query.subquery())) or 0
         rows = list(
-            self.s.scalars(query.order_by(ExperimentRow.id.desc()).limit(limit).offset(offset))
+            self.s.scalars(
+                query.order_by(*_experiment_order(sort, order)).limit(limit).offset(offset)
+            )
         )
         tenant_names = self._tenant_names()
         # the trial ids of the whole page in one query, not one per experiment
@@ -439,6 +453,19 @@ class SqlRepository(SqlLayerAlertStore):
             ):
                 trials[experiment_id].append(trial_id)
         return [self._experiment(r, tenant_names, tuple(trials[r.id])) for r in rows], count
+
+    def offer_experiment_best(self, experiment_id: int, value: float, mode: str) -> None:
+        """Keep ``value`` as the experiment's best if it beats the stored one (one statement,
+        so concurrent reports of several trials cannot lose the best)."""
+        rank = value if mode == "min" else -value
+        self.s.execute(
+            sa_update(ExperimentRow)
+            .where(
+                ExperimentRow.id == experiment_id,
+                or_(ExperimentRow.best_rank.is_(None), ExperimentRow.best_rank > rank),
+            )
+            .values(best_value=value, best_rank=rank)
+        )
 
     def set_experiment_state(
         self, experiment_id: int, state: ExperimentState, ended_at: float | None
@@ -869,3 +896,16 @@ class SqlRepository(SqlLayerAlertStore):
             .limit(limit)
         )
         return [TrialEvent(r.time, r.kind, r.message) for r in reversed(list(rows))]
+
+
+def _experiment_order(sort: str, order: str) -> list[Any]:
+    """ORDER BY of the experiments list; ties (and experiments without a best) by id."""
+    ascending = order == "asc"
+    tiebreak = ExperimentRow.id.asc() if ascending else ExperimentRow.id.desc()
+    if sort == "name":
+        return [ExperimentRow.name.asc() if ascending else ExperimentRow.name.desc(), tiebreak]
+    if sort == "best":
+        # desc: the best first (lowest rank); without a value last in both orders
+        rank = ExperimentRow.best_rank.desc() if ascending else ExperimentRow.best_rank.asc()
+        return [rank.nulls_last(), tiebreak]
+    return [tiebreak]

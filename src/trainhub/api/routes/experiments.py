@@ -9,7 +9,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from trainhub.api.deps import CurrentPrincipal, ServicesDep
-from trainhub.api.params import ExperimentId, Offset, errors
+from trainhub.api.params import (
+    ExperimentId,
+    ExperimentSort,
+    ListFilter,
+    Offset,
+    SortOrder,
+    errors,
+)
 from trainhub.api.schemas import ExperimentDetailPublic, ExperimentPublic, ExperimentsPublic
 from trainhub.core import limits
 from trainhub.core.errors import FieldError, InvalidSpec
@@ -98,8 +105,32 @@ def list_experiments(
     state: ExperimentState | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Offset = 0,
+    tenant: ListFilter = "",
+    project: ListFilter = "",
+    user: Annotated[str, Query(max_length=64, description="The submitter's username.")] = "",
+    name: Annotated[str, Query(max_length=64, description="Part of the name.")] = "",
+    sort: Annotated[
+        ExperimentSort,
+        Query(description="best: by the best value of the searcher's metric (its mode)."),
+    ] = "created",
+    order: Annotated[
+        SortOrder, Query(description="desc: newest, last name or best first.")
+    ] = "desc",
 ) -> ExperimentsPublic:
-    rows, count = services.experiments.list_experiments(principal, state, limit, offset)
+    """Experiments of the caller's tenants; a tenant it cannot see lists none. Without a best
+    value an experiment sorts last in both orders."""
+    rows, count = services.experiments.list_experiments(
+        principal,
+        state,
+        limit,
+        offset,
+        project=project or None,
+        name_contains=name or None,
+        tenant=tenant or None,
+        owner=user or None,
+        sort=sort,
+        order=order,
+    )
     return ExperimentsPublic(data=[ExperimentPublic.of(e) for e in rows], count=count)
 
 
