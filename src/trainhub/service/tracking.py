@@ -66,9 +66,9 @@ def _offer_best(
     """Offer the batch's best value of the searcher's metric as the experiment's best (what
     the experiments list sorts by)."""
     searcher = repo.experiment_specs([experiment_id]).get(experiment_id, {}).get("searcher")
-    metric = searcher.get("metric") if isinstance(searcher, dict) else None
-    if not metric:
+    if not isinstance(searcher, dict) or not searcher.get("metric"):
         return
+    metric = searcher["metric"]
     values = [v[metric] for _, v in points if isinstance(v.get(metric), int | float)]
     if values:
         mode = "min" if searcher.get("mode") == "min" else "max"
