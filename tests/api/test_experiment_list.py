@@ -63,7 +63,8 @@ def test_filters_and_sorts(api: Api) -> None:
     page = api.client.get(
         "/api/v1/experiments", params={"sort": "best", "limit": 1}, headers=api.headers(alice)
     ).json()
-    assert page["count"] == 4 and page["data"][0]["best_value"] == 0.9
+    assert page["count"] == 4
+    assert page["data"][0]["best_value"] == 0.9
     # user (submitter) filter, combined with a sort and a page
     assert _list(api, alice, user="alice", sort="best") == ["b-mid", "c-none"]
     assert _list(api, alice, user="bob", sort="name", order="asc") == ["a-top", "d-low"]
