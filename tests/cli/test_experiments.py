@@ -221,3 +221,29 @@ def test_cluster_nodes(cli: Cli, live: LiveServer) -> None:
     assert "A100" in out
     assert "zone=a" in out
     assert "1/2 nodes alive, 8 GPUs, 80 CPUs" in out
+
+
+def test_ls_sorts_by_best_and_filters_by_user_and_tenant(cli: Cli, live: LiveServer) -> None:
+    from tests.api.test_experiment_list import _report, _spec
+
+    for name, value in (("low", 0.2), ("top", 0.8), ("none", None)):
+        exp = submit(live, _spec(name))
+        if value is not None:
+            _report(live.api, exp["trial_ids"][0], [value])
+    result = cli("ls", "--sort", "best")
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if "default" in line]
+    assert [_name_in(r) for r in rows] == ["top", "low", "none"]
+    assert "best" in result.stdout
+    assert "0.8" in rows[0]
+    asc = cli("ls", "--sort", "best", "--order", "asc").stdout
+    assert [_name_in(r) for r in asc.splitlines() if "default" in r] == ["low", "top", "none"]
+    assert "top" in cli("ls", "--user", "admin", "--tenant", "default").stdout
+    assert cli("ls", "--user", "nobody").stdout.strip() == "no experiments"
+    assert cli("ls", "--tenant", "elsewhere").stdout.strip() == "no experiments"
+    assert cli("ls", "--sort", "loss").exit_code == 2
+    assert cli("ls", "--user", "u" * 65).exit_code == 2
+
+
+def _name_in(row: str) -> str:
+    return next(n for n in ("top", "low", "none") if f" {n} " in row)
