@@ -437,11 +437,20 @@ class SqlRepository(SqlLayerAlertStore):
         if state is not None:
             query = query.where(ExperimentRow.state == state.value)
         count = self.s.scalar(select(func.count()).select_from(query.subquery())) or 0
-        rows = list(
+        # the page's ids first (the sort's index, without reading the wide rows it skips),
+        # then those rows
+        page = list(
             self.s.scalars(
-                query.order_by(*_experiment_order(sort, order)).limit(limit).offset(offset)
+                query.with_only_columns(ExperimentRow.id)
+                .order_by(*_experiment_order(sort, order))
+                .limit(limit)
+                .offset(offset)
             )
         )
+        by_id = {
+            r.id: r for r in self.s.scalars(select(ExperimentRow).where(ExperimentRow.id.in_(page)))
+        }
+        rows = [by_id[i] for i in page]
         tenant_names = self._tenant_names()
         # the trial ids of the whole page in one query, not one per experiment
         trials: dict[int, list[int]] = {r.id: [] for r in rows}
