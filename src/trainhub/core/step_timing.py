@@ -5,6 +5,7 @@ the trial page's both show this."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ class StepTiming:
     others: list[tuple[str, Any]]  # the other profiling numbers, by name
 
 
-def split_metrics(latest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_metrics(latest: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(training metrics, profiling metrics named ``time/*``, ``comm/*``, ``throughput/*``)."""
     plain: dict[str, Any] = {}
     profiling: dict[str, Any] = {}
@@ -44,7 +45,7 @@ def _is_share(key: str) -> bool:
     return key.startswith("time/") and key.endswith("_share")
 
 
-def step_timing(profiling: dict[str, Any]) -> StepTiming | None:
+def step_timing(profiling: Mapping[str, Any]) -> StepTiming | None:
     """The phases and other numbers of ``profiling`` (as :func:`split_metrics` gives), or None
     where there are none."""
     if not profiling:
