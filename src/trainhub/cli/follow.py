@@ -17,6 +17,7 @@ from rich.text import Text
 
 from trainhub.cli import render
 from trainhub.client import TERMINAL_STATES
+from trainhub.core.step_timing import split_metrics
 
 if TYPE_CHECKING:
     from trainhub.client import TrainhubClient
@@ -34,7 +35,7 @@ def live_view(trial: JSON, now: float | None = None) -> RenderableType:
     progress = render.progress_renderable(trial.get("progress") or {})
     if progress is not None:
         parts.append(progress)
-    plain, _ = render.split_metrics(trial.get("latest_metrics") or {})
+    plain, _ = split_metrics(trial.get("latest_metrics") or {})
     if plain:
         step = trial["latest_metrics"].get("step")
         values = "  ".join(f"{k} {render.fmt_value(v)}" for k, v in sorted(plain.items()))
@@ -52,7 +53,7 @@ def final_view(trial: JSON) -> RenderableType:
     attempts = trial.get("attempts") or []
     if trial["state"] == "FAILED" and attempts and attempts[-1].get("detail"):
         parts.append(Text(f"last attempt: {attempts[-1]['detail']}", style="red"))
-    plain, profiling = render.split_metrics(trial.get("latest_metrics") or {})
+    plain, profiling = split_metrics(trial.get("latest_metrics") or {})
     if plain:
         step = trial["latest_metrics"].get("step")
         title = "final metrics" + (f" (step {step})" if step is not None else "")

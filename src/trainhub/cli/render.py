@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainhub.cli.context import human_bytes
+from trainhub.core.step_timing import split_metrics, step_timing
 
 STATE_STYLES = {
     "QUEUED": "yellow",
@@ -32,7 +33,6 @@ STATE_STYLES = {
     "ACTIVE": "bold blue",
 }
 OUTCOME_STYLES = {"SUCCEEDED": "green", "FAILED": "red", "LOST": "red", "PREEMPTED": "magenta"}
-PROFILING_PREFIXES = ("time/", "comm/", "throughput/")
 RECENT_EVENTS = 10
 
 JSON = Mapping[str, Any]
@@ -106,17 +106,6 @@ def titled_table(title: str) -> Table:
 # -- metrics --
 
 
-def split_metrics(latest: JSON) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(training metrics, profiling metrics named ``time/*``, ``comm/*``, ``throughput/*``)."""
-    plain: dict[str, Any] = {}
-    profiling: dict[str, Any] = {}
-    for key, value in latest.items():
-        if key == "step":
-            continue
-        (profiling if key.startswith(PROFILING_PREFIXES) else plain)[key] = value
-    return plain, profiling
-
-
 def metrics_table(values: JSON, title: str = "latest metrics") -> Table:
     table = titled_table(title)
     table.add_column("metric")
@@ -128,28 +117,18 @@ def metrics_table(values: JSON, title: str = "latest metrics") -> Table:
 
 def timing_table(profiling: JSON) -> Table | None:
     """ "Where the time goes": step phases as shares of the step, then comm/throughput numbers."""
-    if not profiling:
+    timing = step_timing(profiling)
+    if timing is None:
         return None
     table = titled_table("where the time goes")
     table.add_column("")
     table.add_column("value", justify="right")
     table.add_column("", min_width=20)
-    step_s = profiling.get("time/step_s")
-    shares = {
-        k[len("time/") : -len("_share")]: v
-        for k, v in profiling.items()
-        if k.startswith("time/") and k.endswith("_share") and isinstance(v, int | float)
-    }
-    for phase, share in sorted(shares.items(), key=lambda kv: -kv[1]):
-        seconds = f" ({share * step_s * 1000:.1f} ms)" if isinstance(step_s, int | float) else ""
-        bar = ProgressBar(
-            total=1.0, completed=max(0.0, min(1.0, share)), width=20, complete_style="cyan"
-        )
-        table.add_row(Text(phase), f"{share * 100:.1f}%{seconds}", bar)
-    for key in sorted(profiling):
-        if key.startswith("time/") and key.endswith("_share"):
-            continue
-        value = profiling[key]
+    for phase in timing.phases:
+        seconds = f" ({phase.ms:.1f} ms)" if phase.ms is not None else ""
+        bar = ProgressBar(total=1.0, completed=phase.bar, width=20, complete_style="cyan")
+        table.add_row(Text(phase.name), f"{phase.share * 100:.1f}%{seconds}", bar)
+    for key, value in timing.others:
         if isinstance(value, int | float) and "bytes" in key:
             shown = human_bytes(value)
         elif key == "time/step_s" and isinstance(value, int | float):

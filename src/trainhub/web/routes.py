@@ -26,6 +26,7 @@ from trainhub.web.profiles import add_profile_routes, profiles_context
 from trainhub.web.sessions import LOGIN_CSRF_COOKIE, SESSION_COOKIE
 from trainhub.web.site import HERE, PREFIX, LoginNeeded, Site, templates
 from trainhub.web.streams import add_list_live_routes, add_live_routes
+from trainhub.web.trial_parts import parts_context
 from trainhub.web.views import experiment_context
 
 
@@ -215,9 +216,8 @@ def build_router(services: Services) -> APIRouter:
             detail = services.experiments.get_trial(principal, trial_id)
             latest = detail.attempts[-1] if detail.attempts else None
             return {
-                "trial": detail.trial,
+                **parts_context(detail),
                 "experiment": detail.experiment,
-                "attempts": detail.attempts,
                 "checkpoints": detail.checkpoints,
                 "events": detail.events[-50:],
                 "ranks": list(range(len(latest.placement))) if latest else [],

@@ -42,7 +42,17 @@ def _num(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _bytes(value: float) -> str:
+    size = float(value)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(size) < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TB"
+
+
 templates.env.filters["when"] = _when
+templates.env.filters["bytes"] = _bytes
 templates.env.filters["num"] = _num
 
 

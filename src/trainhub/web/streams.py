@@ -2,7 +2,9 @@
 
 - ``/ui/trials/{id}/events?rank=R``: ``chart`` (the chart's data when points arrived or the
   state changed), ``log`` (new output of rank R of the latest attempt; its id is
-  ``attempt:offset`` so a reconnect resumes there), ``gpus`` (the trial's GPUs, HTML);
+  ``attempt:offset`` so a reconnect resumes there), ``gpus`` (the trial's GPUs, HTML), and with a
+  ``chart`` event those of ``timing`` (where the step's time goes), ``attempts`` (their
+  timeline and table) and ``alerts`` (layer health) that changed (HTML);
 - ``/ui/experiments/{id}/events``: ``experiment`` (state, the trials' rows, the plot's data);
 - ``/ui/queue/events``: ``queue`` (the queue's rows, HTML, and their count);
 - ``/ui/cluster/events``: ``nodes`` (the nodes' part of the page, HTML);
@@ -26,6 +28,7 @@ from trainhub.web.live import Event, Produce, stream
 from trainhub.web.profiles import render_profiles
 from trainhub.web.sessions import SESSION_COOKIE
 from trainhub.web.site import Site, templates
+from trainhub.web.trial_parts import render_parts
 from trainhub.web.views import experiment_update
 
 TRIAL_INTERVAL_S = 1.0  # logs follow at this pace
@@ -52,7 +55,8 @@ def trial_produce(site: Site, trial_id: int, rank: int, last_event_id: str | Non
     def produce(principal: Principal) -> list[Event]:
         nonlocal attempt, offset, tick
         tick += 1
-        trial = services.experiments.get_trial(principal, trial_id).trial  # 404 if not visible
+        detail = services.experiments.get_trial(principal, trial_id)  # 404 if not visible
+        trial = detail.trial
         events: list[Event] = []
         state = trial.state.value
         chart = site.charts.chart(principal, trial_id, trial.num_attempts, DEFAULT_BUCKETS)
@@ -60,6 +64,10 @@ def trial_produce(site: Site, trial_id: int, rank: int, last_event_id: str | Non
         if fingerprint != seen["chart"]:
             seen["chart"] = fingerprint
             events.append(("chart", {**chart, "state": state}, None))
+            for name, html in render_parts(detail).items():  # step timing, attempts, alerts
+                if seen.get(name) != html:
+                    seen[name] = html
+                    events.append((name, {"html": html}, None))
         chunk = services.tracking.read_logs(principal, trial_id, attempt, rank, offset)
         if chunk.complete and not chunk.data and attempt is not None:
             newest = services.tracking.read_logs(principal, trial_id, None, rank, 0)

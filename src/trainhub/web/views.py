@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainhub.core.best_so_far import TrialValue, best_so_far
 from trainhub.service.container import Services
 from trainhub.service.ports import Principal
 from trainhub.web.parcoords import parcoords_data
@@ -29,6 +30,9 @@ def experiment_context(
         "hparam_names": hparam_names,
         "steerable": services.steering is not None,
         "parcoords": parcoords_data(detail.trials, best, metric, mode),
+        "best_so_far": best_so_far(
+            (TrialValue(t.id, t.ended_at, best.get(t.id)) for t in detail.trials), mode
+        ),
     }
 
 
@@ -42,5 +46,6 @@ def experiment_update(
         "state": context["experiment"].state.value,
         "trials_html": rows,
         "parcoords": context["parcoords"],
+        "best_so_far": context["best_so_far"],
         "trial_states": {t.id: t.state.value for t in context["trials"]},
     }

@@ -38,13 +38,14 @@ function drawChart(canvas, series, opts) {
       else { if (x < x0) x0 = x; if (x > x1) x1 = x; }
       if (ys[i] < y0) y0 = ys[i]; if (ys[i] > y1) y1 = ys[i];
     }
-    return { name: s.name, x: s.x, y: ys };
+    return { name: s.name, x: s.x, y: ys, dots: s.dots, step: s.step };
   });
   const { L, R, T, B } = PAD;
   ctx.font = "11px system-ui"; ctx.fillStyle = "#6b7380"; ctx.strokeStyle = "#e3e6ea";
   canvas._geom = null;
   if (!isFinite(x0) || !isFinite(y0)) { ctx.fillText("no data yet", L, T + 20); canvas.dataset.drawn = String(performance.now()); return; }
   if (x1 === x0) { x0 -= 0.5; x1 += 0.5; } if (y1 === y0) { y1 = y0 + 1; y0 = y0 - 1; }
+  if (opts.margin) { const dx = (x1 - x0) * 0.04, dy = (y1 - y0) * 0.06; x0 -= dx; x1 += dx; y0 -= dy; y1 += dy; }
   const sx = (x) => L + ((x - x0) / (x1 - x0)) * (w - L - R);
   const sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (h - T - B);
   canvas._geom = { x0, x1, L, R, w, h };
@@ -54,28 +55,41 @@ function drawChart(canvas, series, opts) {
     ctx.fillText((log ? Math.pow(10, yv) : yv).toPrecision(3), 4, py + 4);
     const xv = x0 + ((x1 - x0) * i) / 4;
     // day labels only where a day is (one day: once, not five times)
-    const label = opts.xLabels ? (Math.abs(xv - Math.round(xv)) < 1e-9 ? (opts.xLabels[Math.round(xv)] || "") : "") : (x1 - x0 < 8 ? xv.toFixed(1) : Math.round(xv).toString());
+    const whole = Math.abs(xv - Math.round(xv)) < 1e-9;
+    const label = opts.xLabels ? (whole ? (opts.xLabels[Math.round(xv)] || "") : "") : opts.xWhole ? "" : (x1 - x0 < 8 ? xv.toFixed(1) : Math.round(xv).toString());
     ctx.textAlign = i === 0 ? "left" : i === 4 ? "right" : "center";
     ctx.fillText(label, sx(xv), h - 8);
+    ctx.textAlign = "left";
+  }
+  if (opts.xWhole) {  // whole numbers only (trials): at most about 8 of them
+    const every = Math.max(1, Math.ceil((x1 - x0) / 8));
+    ctx.textAlign = "center";
+    for (let k = Math.ceil(x0 / every) * every; k <= x1; k += every) ctx.fillText(String(k), sx(k), h - 8);
     ctx.textAlign = "left";
   }
   ctx.save(); ctx.beginPath(); ctx.rect(L, 0, w - L - R, h - B); ctx.clip();
   let shown = 0;
   prepared.forEach((s, k) => {
     ctx.strokeStyle = COLORS[k % COLORS.length]; ctx.lineWidth = 1.2; ctx.beginPath();
-    let pen = false;
+    let pen = false, prev = NaN;
+    ctx.fillStyle = ctx.strokeStyle;
     for (let i = 0; i < s.x.length; i++) {
       const v = s.y[i];
       if (!isFinite(v)) { pen = false; continue; }
       if (s.x[i] >= x0 && s.x[i] <= x1) shown++;
+      // dots: points only; step: hold the value until the next point
+      if (s.dots) { ctx.beginPath(); ctx.arc(sx(s.x[i]), sy(v), 3.5, 0, 2 * Math.PI); ctx.fill(); continue; }
+      if (pen && s.step) ctx.lineTo(sx(s.x[i]), sy(prev));
       if (pen) ctx.lineTo(sx(s.x[i]), sy(v)); else { ctx.moveTo(sx(s.x[i]), sy(v)); pen = true; }
+      prev = v;
     }
-    ctx.stroke();
+    if (!s.dots) ctx.stroke();
     // a lone point (one day of usage, one step) draws no line: a dot then
     if (s.x.length === 1 && isFinite(s.y[0])) { ctx.fillStyle = ctx.strokeStyle; ctx.beginPath(); ctx.arc(sx(s.x[0]), sy(s.y[0]), 3, 0, 2 * Math.PI); ctx.fill(); }
   });
   ctx.restore();
   if (prepared.length > 1) prepared.forEach((s, k) => { ctx.fillStyle = COLORS[k % COLORS.length]; ctx.fillText(s.name, w - R - 90, T + 12 + 13 * k); });
+  if (opts.xTitle) { ctx.fillStyle = "#6b7380"; ctx.fillText("x: " + opts.xTitle, L + 6, T + 12); }
   canvas.dataset.shown = String(shown);
   canvas.dataset.drawn = String(performance.now());
 }
@@ -203,6 +217,9 @@ function trialPage(root) {
       log: onLog,
       gpus: (body) => { const g = document.getElementById("trial-gpus"); if (g) g.innerHTML = body.html; },
       profiles: (body) => { const g = document.getElementById("profiles"); if (g) g.innerHTML = body.html; },
+      timing: (body) => swap("trial-timing", body.html),
+      attempts: (body) => swap("trial-attempts", body.html),
+      alerts: (body) => swap("trial-alerts", body.html),
     });
   }
   document.querySelectorAll("button.rank").forEach((b) => b.addEventListener("click", () => {
@@ -211,6 +228,11 @@ function trialPage(root) {
     rank = parseInt(b.dataset.rank, 10); attempt = null; pre.textContent = ""; open();
   }));
   open();
+}
+
+function swap(id, html) {
+  const el = document.getElementById(id);
+  if (el) { el.innerHTML = html; el.dataset.updated = String(Date.now()); }
 }
 
 function curves(canvas) {
@@ -276,7 +298,20 @@ function drawParcoords(canvas, pc) {
   canvas.dataset.drawn = String(performance.now());
 }
 
+// the search's best-so-far: each trial's value (dots) and the running best (a step line), by the
+// order the trials finished
+function drawBestSoFar(canvas, data) {
+  const series = [
+    { name: "trial's value", x: data.x, y: data.values, dots: true },
+    { name: "best so far", x: data.x, y: data.best, step: true },
+  ];
+  canvas.dataset.chart = JSON.stringify(data);
+  drawChart(canvas, series, { log: false, smoothing: 0, margin: true, xWhole: true, xTitle: "trials, in the order they finished" });
+  canvas.dataset.drawn = String(data.x.length);
+}
+
 function experimentPage(anchor) {
+  const bsf = document.getElementById("best-so-far");
   const pc = document.getElementById("parcoords");
   const refreshCurves = document.getElementById("curves") ? curves(document.getElementById("curves")) : null;
   const table = document.getElementById("trials");
@@ -285,6 +320,7 @@ function experimentPage(anchor) {
       const st = document.getElementById("experiment-state"); if (st) st.textContent = body.state;
       if (table) { table.tBodies[0].innerHTML = body.trials_html; table.dataset.updated = String(Date.now()); }
       if (pc) { pc.dataset.chart = JSON.stringify(body.parcoords); drawParcoords(pc, body.parcoords); }
+      if (bsf && body.best_so_far) drawBestSoFar(bsf, body.best_so_far);
       if (refreshCurves) refreshCurves();
     },
   });
@@ -353,6 +389,7 @@ document.addEventListener("DOMContentLoaded", () => {
   const charts = document.getElementById("charts"); if (charts) trialPage(charts);
   const pc = document.getElementById("parcoords");
   if (pc) drawParcoords(pc, JSON.parse(pc.dataset.chart));
+  const bsf = document.getElementById("best-so-far"); if (bsf) drawBestSoFar(bsf, JSON.parse(bsf.dataset.chart));
   const exp = document.getElementById("experiment-live"); if (exp) experimentPage(exp);
   const nodes = document.getElementById("nodes"); if (nodes && nodes.dataset.live) clusterPage(nodes);
   const queue = document.getElementById("queue"); if (queue && queue.dataset.live) queuePage(queue);
