@@ -39,6 +39,7 @@ def test_sort_by_best_and_filter_by_user_on_the_page(browser: Any, site: Site) -
     page = _login(browser, site, yan)
     page.goto(f"{site.url}/ui/experiments?tenant=sortlab")
     assert _names(page) == ["y-none", "y-low", "z-top", "y-mid"]  # newest first
+    assert page.is_visible("form.logout")  # the user filter does not hide who is logged in
     with page.expect_navigation():
         page.select_option("select[name=sort]", "best")
     assert _names(page) == ["z-top", "y-mid", "y-low", "y-none"]
@@ -48,6 +49,8 @@ def test_sort_by_best_and_filter_by_user_on_the_page(browser: Any, site: Site) -
         page.click(".filters button[type=submit]")
     assert _names(page) == ["y-mid", "y-low", "y-none"]
     assert page.inner_text("#experiments-count") == "3"
+    assert page.input_value("input[name=user]") == "yan"
+    assert page.inner_text("form.logout span") == "yan"  # the filter is not who is logged in
     # the live stream keeps the filters and the sort: a better value moves y-low up
     page.wait_for_function("document.body.dataset.live === 'sse'")
     stream = page.get_attribute("#experiments-list", "data-live") or ""

@@ -90,7 +90,7 @@ def experiments_context(services: Services, principal: Principal, q: ListQuery) 
         "project": q.project,
         "name": q.name,
         "tenant": q.tenant,
-        "user": q.user,
+        "user_filter": q.user,  # not "user": that is the logged-in user in base.html
         "sort": q.sort,
         "order": q.order,
         "sorts": limits.EXPERIMENT_SORTS,
