@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from trainhub.runtime.distributed import DistributedConfig, PreparedModel, StepTimer
     from trainhub.runtime.init_model import InitReport
     from trainhub.runtime.layer_watch import LayerWatch
+    from trainhub.runtime.profiling import RankProfiler
     from trainhub.runtime.sample_tracking import SampleTracker
 
 logger = logging.getLogger("trainhub.runtime")
@@ -159,6 +160,8 @@ class Context:
         self._optimizers: list[torch.optim.Optimizer] = []
         self._poller: SignalPoller | None = None
         self._sample_tracker: SampleTracker | None = None
+        self._spool_dir: Path | None = None  # node-local scratch of a managed attempt
+        self._rank_profiler: RankProfiler | bool | None = False  # False: not looked up yet
         self._watches: list[LayerWatch] = []
         self._closed = False
         self._closing = False
@@ -840,7 +843,7 @@ class Context:
                 api_url=self._env.api_url if init_from is None else None,
                 token=self._env.token,
                 trial_id=self._env.trial_id,
-                spool=getattr(self, "_spool_dir", None),
+                spool=self._spool_dir,
             )
 
     # --- profiling (trainhub profile; runtime/profiling.py) ---
@@ -849,15 +852,16 @@ class Context:
         """Mark the end of one training step, on every rank, so ``trainhub profile TRIAL``
         (or the dashboard's Profile button) can run torch.profiler over the next steps. Cheap
         while nothing is asked (a background thread polls); standalone it does nothing."""
-        profiler = self.__dict__.get("_rank_profiler", False)
-        if profiler is False:
+        if self._rank_profiler is False:
             from trainhub.runtime.profiling import profiler_for
 
             env = self._env
-            profiler = profiler_for(env.api_url, env.token, env.trial_id, env.rank, self._device)
-            self.__dict__["_rank_profiler"] = profiler
-        if profiler is not None:
-            profiler.step()
+            self._rank_profiler = profiler_for(
+                env.api_url, env.token, env.trial_id, env.rank, self._device
+            )
+        if isinstance(self._rank_profiler, bool) or self._rank_profiler is None:
+            return
+        self._rank_profiler.step()
 
 
 def _as_step(step: object) -> int:
