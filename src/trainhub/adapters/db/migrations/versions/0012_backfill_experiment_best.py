@@ -54,9 +54,8 @@ def upgrade() -> None:
             .execution_options(yield_per=10_000)
         )
         best: float | None = None
-        for (values,) in rows:
-            if isinstance(values, str):
-                values = json.loads(values)
+        for (stored,) in rows:
+            values = json.loads(stored) if isinstance(stored, str) else stored
             value = values.get(metric) if isinstance(values, dict) else None
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue
