@@ -295,6 +295,7 @@ def cluster() -> None:
     table.add_column("GPUs", justify="right")
     table.add_column("GPU model")
     table.add_column("CPUs", justify="right")
+    table.add_column("memory GB", justify="right")
     table.add_column("labels")
     for n in c["nodes"]:
         table.add_row(
@@ -303,6 +304,7 @@ def cluster() -> None:
             str(n["total_gpus"]),
             Text(n["gpu_model"] or "-"),
             f"{n['total_cpus']:g}",
+            "-" if n.get("total_memory_gb") is None else f"{n['total_memory_gb']:.1f}",
             Text(", ".join(f"{k}={v}" for k, v in sorted(n["labels"].items()))),
         )
     out.print(table)
