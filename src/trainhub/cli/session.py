@@ -102,7 +102,9 @@ def report_api_error(exc: ApiError, connection: Connection) -> None:
             )
         err.print(f"[dim]hint:[/] {escape(_login_hint(connection))}")
     elif exc.hint:
-        err.print(f"[dim]hint:[/] {escape(exc.hint)}")
+        # the API's hint points at its JSON body's 'errors'; here they are the lines above
+        hint = exc.hint.replace("the fields listed in 'errors'", "the fields above")
+        err.print(f"[dim]hint:[/] {escape(hint)}")
 
 
 @contextmanager
