@@ -395,7 +395,8 @@ def metrics(
         return
     out.print(metric_points_table(points, names))
     if hidden:
+        plural = "s" if len(hidden) != 1 else ""
         err.print(
-            f"[dim]{len(hidden)} metric{'s' if len(hidden) != 1 else ''} of the runtime not shown (step timing, communication, "
-            "layer statistics): --all, or -k NAME,...[/]"
+            f"[dim]{len(hidden)} metric{plural} of the runtime not shown (step timing, "
+            "communication, layer statistics): --all, or -k NAME,...[/]"
         )
