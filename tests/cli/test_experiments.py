@@ -149,6 +149,7 @@ def test_logs_print_raw_text_and_follow_stops_when_the_attempt_ended(
         cli("logs", str(trial_id)).stderr.strip() == "attempt 1, rank 0 has written no output yet"
     )
     finish(live, trial_id, attempt)
+    assert cli("logs", str(trial_id)).stderr.strip() == "attempt 1, rank 0 wrote no output"
     result = cli("logs", str(trial_id), "--rank", "1", "-f", "--poll-interval-s", "0.01")
     assert result.exit_code == 0
     assert result.stdout == text

@@ -350,7 +350,8 @@ def logs(
         except KeyboardInterrupt:
             raise typer.Exit(EXIT_INTERRUPTED) from None
         if not printed:
-            err.print(f"attempt {first['attempt']}, rank {rank} has written no output yet")
+            said = "wrote no output" if first["complete"] else "has written no output yet"
+            err.print(f"attempt {first['attempt']}, rank {rank} {said}")
 
 
 def metrics(
