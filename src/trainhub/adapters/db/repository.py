@@ -39,6 +39,7 @@ from trainhub.service.records import (
     FinishedRun,
     MetricChunk,
     MetricPoint,
+    MetricsTarget,
     RecordedTrial,
     Tenant,
     TenantUpdate,
@@ -774,32 +775,51 @@ class SqlRepository(SqlLayerAlertStore):
         # processing (a dict, a bind processor per value) cost more than the database's work
         encode = _JSON_ENCODE
         rows = [(trial_id, step, attempt, encode(values), now) for step, values in merged.items()]
+        # and each metric's points as one packed chunk (what a chart's first read takes); both
+        # built before the first write, which takes SQLite's write lock until the commit
+        chunks = _metric_chunks(trial_id, attempt, merged)
         connection = self.s.connection()
         if connection.dialect.name == "postgresql":
             connection.exec_driver_sql(_UPSERT_METRICS_POSTGRESQL, rows)
         else:
             connection.exec_driver_sql(_UPSERT_METRICS_SQLITE, rows)
-        # and each metric's points as one packed chunk (what a chart's first read takes)
-        steps = np.fromiter(merged, dtype="<i8", count=len(merged))
-        names = {n for values in merged.values() for n in values}
-        chunks = []
-        for name in sorted(names):
-            present = np.fromiter((name in v for v in merged.values()), bool, len(merged))
-            column = np.fromiter(
-                (v[name] for v in merged.values() if name in v), "<f8", int(present.sum())
-            )
-            chunks.append(
-                {
-                    "trial_id": trial_id,
-                    "attempt": attempt,
-                    "name": name,
-                    "num_points": int(column.size),
-                    "steps": steps[present].tobytes(),
-                    "values": column.tobytes(),
-                }
-            )
         if chunks:
             self.s.execute(insert(MetricChunkRow), chunks)
+
+    def metrics_target(self, trial_id: int, attempt: int) -> MetricsTarget | None:
+        # one statement of plain columns: no ORM object, no tenant or attempt row of its own,
+        # and of the experiment's spec only its searcher section
+        has_attempt = (
+            select(AttemptRow.id)
+            .where(AttemptRow.trial_id == trial_id, AttemptRow.number == attempt)
+            .exists()
+        )
+        query = (
+            select(
+                TrialRow.experiment_id,
+                TenantRow.name,
+                TrialRow.state,
+                TrialRow.latest_metrics,
+                has_attempt,
+                ExperimentRow.spec["searcher"],
+            )
+            .join(TenantRow, TenantRow.id == TrialRow.tenant_id)
+            .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)
+            .where(TrialRow.id == trial_id)
+        )
+        row = self.s.execute(query).first()
+        if row is None:
+            return None
+        experiment_id, tenant, state, latest, exists, searcher = row
+        return MetricsTarget(
+            trial_id,
+            int(experiment_id),
+            str(tenant),
+            TrialState(state),
+            dict(latest or {}),
+            bool(exists),
+            dict(searcher) if isinstance(searcher, dict) else None,
+        )
 
     def list_metric_chunks(self, trial_id: int) -> list[MetricChunk]:
         rows = self.s.execute(
@@ -918,3 +938,28 @@ def _experiment_order(sort: str, order: str) -> list[Any]:
         rank = ExperimentRow.best_rank.desc() if ascending else ExperimentRow.best_rank.asc()
         return [rank.nulls_last(), tiebreak]
     return [tiebreak]
+
+
+def _metric_chunks(
+    trial_id: int, attempt: int, merged: dict[int, dict[str, float]]
+) -> list[dict[str, Any]]:
+    """Rows of metric_chunks: each metric's points of the batch packed as two arrays."""
+    steps = np.fromiter(merged, dtype="<i8", count=len(merged))
+    names = {n for values in merged.values() for n in values}
+    chunks = []
+    for name in sorted(names):
+        present = np.fromiter((name in v for v in merged.values()), bool, len(merged))
+        column = np.fromiter(
+            (v[name] for v in merged.values() if name in v), "<f8", int(present.sum())
+        )
+        chunks.append(
+            {
+                "trial_id": trial_id,
+                "attempt": attempt,
+                "name": name,
+                "num_points": int(column.size),
+                "steps": steps[present].tobytes(),
+                "values": column.tobytes(),
+            }
+        )
+    return chunks
