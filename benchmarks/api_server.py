@@ -130,6 +130,7 @@ def main() -> None:
     from trainhub.adapters.storage import LocalArtifactStore
     from trainhub.api.app import create_app
     from trainhub.core.resources import Node
+    from trainhub.server import settle_heap
     from trainhub.service.admin import AdminService
     from trainhub.service.clock import system_clock
     from trainhub.service.container import Services
@@ -154,9 +155,11 @@ def main() -> None:
     )
     issued = admin.bootstrap()
     assert issued is not None
+    app = create_app(services)
+    settle_heap()  # as `trainhub server` does
     print(f"READY {issued.secret}", flush=True)
     uvicorn.run(
-        create_app(services),
+        app,
         host="127.0.0.1",
         port=args.port,
         log_level="warning",
