@@ -50,11 +50,14 @@ def test_trials_sorted_by_metric_with_hparams_as_columns(
     for value, row in zip((0.3, 0.9), rows, strict=True):
         start(live, row["id"])
         live.api.services.tracking.record_metrics(admin, row["id"], 1, [(2, {"acc": value})])
+    # a script that says how far it got (ctx.set_progress): its epochs done, not its step
+    said = {"current": 3, "total": 4, "unit": "epochs"}
+    live.api.services.tracking.record_metrics(admin, rows[1]["id"], 1, [], progress=said)
     rows = [
         json.loads(line) for line in cli("trials", str(experiment_id), "--json").output.splitlines()
     ]
     assert [r["metric"] for r in rows] == [0.9, 0.3]  # best first
-    assert [r["epochs"] for r in rows] == [2, 2]
+    assert [r["epochs"] for r in rows] == [3, 2]  # the 0.9 trial said 3 epochs
     table = cli("trials", str(experiment_id)).output
     assert "2/4 trials" in table
     assert "best: trial" in table

@@ -97,7 +97,7 @@ def trials_by_metric_table(progress: JSON, names: list[str]) -> Any:
     table.add_column("id", justify="right")
     table.add_column("state")
     table.add_column(Text(progress["metric"] or "metric"), justify="right")
-    table.add_column("epochs", justify="right")
+    table.add_column("done", justify="right")  # an hparam may be called epochs
     for name in names:
         table.add_column(Text(name), justify="right")
     table.add_column("why")
