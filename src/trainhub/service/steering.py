@@ -512,4 +512,16 @@ def apply_change(spec: dict[str, Any], path: str, value: Any) -> None:
                 "set the value itself, e.g. " + ".".join(parts[: parts.index(part) + 1]) + "=...",
             )
         node = child
+    was = node.get(parts[-1])
+    if _is_number(was) and isinstance(value, str):
+        # `--set lr=1e-3x` or `lr=abc` would reach the script as text: a typo, not a choice
+        raise InvalidRequest(
+            f"cannot set {path!r} to the text {value!r}: it is a number here ({was!r})",
+            f"write a number, e.g. {path}=0.01, or a distribution such as "
+            f"{path}={{type: float, low: 0.001, high: 0.1}}",
+        )
     node[parts[-1]] = value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
