@@ -42,9 +42,8 @@ from trainhub.core.scheduling.runningtable import RunningTable
 from trainhub.core.scheduling.snapshot import QueuedTrial, Snapshot, TenantShare
 from trainhub.core.scheduling.victims import ClaimMemo, PreemptionRules, VictimFacts
 
-# (borrowing, expected remaining run time of a borrower (0 unless borrow_by_estimate),
-# fair-share score, -aged priority, then the head's order key (FairSharePolicy._order_key))
-TenantKey = tuple[float, ...]
+# (borrowing, fair-share score, -aged priority, band, submitted_at, trial_id)
+TenantKey = tuple[int, float, int, int, float, int]
 
 
 def entitled(used: int, size: int, guarantee: int) -> bool:
@@ -61,7 +60,7 @@ def entitled(used: int, size: int, guarantee: int) -> bool:
 class _Group:
     """Queued trials of one tenant, priority and shape; ``trials[at]`` is the next one."""
 
-    __slots__ = ("at", "band", "done", "head", "key", "priority", "shape", "trials")
+    __slots__ = ("at", "band", "done", "head", "priority", "shape", "trials")
 
     def __init__(self, priority: int, shape: tuple[object, ...], trials: Run) -> None:
         self.priority = priority
@@ -71,9 +70,8 @@ class _Group:
         # blocked or exhausted for this pass
         self.done = False
         self.head = trials.first
-        # the head's order key (FairSharePolicy._order_key), which starts with the band
-        self.key = trials.first_key
-        self.band = int(self.key[0])
+        # the policy's order key starts with the band (FairSharePolicy._order_key)
+        self.band = int(trials.first_key[0])
 
     def advance(self) -> bool:
         """Move to the next trial; False when the group is exhausted."""
@@ -81,13 +79,11 @@ class _Group:
         if self.at == len(self.trials):
             return False
         self.head = self.trials[self.at]
-        self.key = self.trials.key_at(self.at)
-        self.band = int(self.key[0])
+        self.band = int(self.trials.key_at(self.at)[0])
         return True
 
 
-# (-aged priority, then the head's order key); its last item is the head's trial id
-GroupKey = tuple[float, ...]
+GroupKey = tuple[int, int, float, int]
 _NO_BAND = 1 << 30
 
 
@@ -118,8 +114,6 @@ class FairSharePolicy(BasePolicy):
             service_thresholds_slot_s=self.config.service_thresholds_slot_s,
             cooldown_growth=self.config.cooldown_growth,
             fewest_preemptions_first=self.config.victim_fewest_preemptions,
-            min_remaining_s=self.config.victim_min_remaining_s,
-            max_preemptions=self.config.victim_max_preemptions,
         )
         self.queue_order = QueueOrder("fair", self._order_key)
         # a cache of per-trial facts for victim choice; never changes a decision
@@ -131,12 +125,7 @@ class FairSharePolicy(BasePolicy):
         ) = None
 
     def _order_key(self, trial: QueuedTrial) -> OrderKey:
-        band = float(self.rules.band(trial.attained_service))
-        if self.config.order_by_estimate:
-            expected = trial.expected_duration_s
-            remaining = math.inf if expected is None else expected
-            return (band, remaining, trial.submitted_at, trial.trial_id)
-        return (band, trial.submitted_at, trial.trial_id)
+        return (float(self.rules.band(trial.attained_service)), trial.submitted_at, trial.trial_id)
 
     def decide(self, snapshot: Snapshot) -> DecisionList:
         return _FairPass(self, snapshot).run()
@@ -180,9 +169,6 @@ class _FairPass:
         self.reservation: Reservation | None = None
         self.unmet_claim = False
         self.failed_claims = 0
-        # the earliest time a trial whose reclaim waits for reclaim_after_s may reclaim
-        self.reclaim_wake_at: float | None = None
-        self.deferred = False
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
         self.pending: list[Pending] = []
@@ -227,7 +213,8 @@ class _FairPass:
         return group.priority + max(0, math.floor(waited / interval))
 
     def _group_key(self, group: _Group) -> GroupKey:
-        return (-self._level(group), *group.key)
+        head = group.head
+        return (-self._level(group), group.band, head.submitted_at, head.trial_id)
 
     def _top(self, tenant: _Tenant) -> tuple[GroupKey, _Group] | None:
         """The tenant's group whose head goes next (dropping stale heap entries)."""
@@ -248,11 +235,7 @@ class _FairPass:
         size = group.head.request.num_slots
         borrowing = int(not entitled(tenant.used, size, tenant.share.guaranteed_slots))
         score = (tenant.usage_slots + tenant.used) / tenant.share.weight
-        remaining = 0.0
-        if borrowing and self.config.borrow_by_estimate:
-            expected = group.head.expected_duration_s
-            remaining = math.inf if expected is None else expected
-        heapq.heappush(self.heap, ((borrowing, remaining, score, *key), tenant.name))
+        heapq.heappush(self.heap, ((borrowing, score, *key), tenant.name))
 
     # -- the pass ----------------------------------------------------------------------------
 
@@ -268,7 +251,7 @@ class _FairPass:
                     waited = (now - head.queued_at) / interval
                     if waited >= 1:
                         level += floor(waited)
-                heap.append(((-level, *g.key), i, g))
+                heap.append(((-level, g.band, head.submitted_at, head.trial_id), i, g))
             heapq.heapify(heap)
             tenant.heap = heap
             self._push(tenant)
@@ -300,8 +283,6 @@ class _FairPass:
                     waiting = self.book.of_group("waiting", request, group.shape)
                 self.lazy.append((group.trials, group.at, waiting))
         wake_at = self.preemptor.wake_at if self.preemptor and self.unmet_claim else None
-        if self.reclaim_wake_at is not None and (wake_at is None or self.reclaim_wake_at < wake_at):
-            wake_at = self.reclaim_wake_at
 
         return DecisionList(self.starts, self.preempts, self.pending, self.lazy, wake_at)
 
@@ -328,21 +309,14 @@ class _FairPass:
             never = self.book.of_group("never", request, group.shape)
             return self._block(tenant, group, never, never)
         if self.config.preemption and self.failed_claims < self.config.max_failed_claims_per_pass:
-            self.deferred = False
             claimed = self._claim(tenant, group)
             if claimed is not None:
                 self.pending.append(Pending(trial.trial_id, claimed))
                 return self._advance(tenant, group)
-            if not self.deferred:
-                self.unmet_claim = True
-                self.failed_claims += 1
+            self.unmet_claim = True
+            self.failed_claims += 1
             gpu_bound = group.head.request.gpus_per_worker > 0
-            if (
-                not self.deferred
-                and self.reservation is not None
-                and gpu_bound
-                and self._usable() == 0
-            ):
+            if self.reservation is not None and gpu_bound and self._usable() == 0:
                 # nothing can start, and the tenant's best trial cannot preempt: its other
                 # trials wait this pass without being looked at one by one
                 return self._block(tenant, group, self._busy(group), self._busy(group), whole=True)
@@ -459,15 +433,7 @@ class _FairPass:
         if preemptor.incoming_suffices(trial, pool):
             tenant.used += size
             return "starts when the trials being preempted for it have checkpointed and exited"
-        patience = self.config.reclaim_after_s
-        waited = self.now - trial.queued_at
-        if patience > 0 and waited < patience and entitled(tenant.used, size, guarantee):
-            # natural releases first: the claim preempts only once it waited this long
-            self.deferred = True
-            due = trial.queued_at + patience
-            if self.reclaim_wake_at is None or due < self.reclaim_wake_at:
-                self.reclaim_wake_at = due
-        elif entitled(tenant.used, size, guarantee):
+        if entitled(tenant.used, size, guarantee):
             overshoot = 0
             if self.config.gang_overshoot:
                 # what the gang goes past the guarantee, if no more than what the tenant is

@@ -53,24 +53,14 @@ class FairShareConfig:
         victim_fewest_preemptions: among a lender's trials that may be preempted, those
             preempted fewest times go first (then the least work since the last checkpoint),
             so preemptions spread over trials instead of hitting the same ones.
-        order_by_estimate: inside a tenant, after priority and service band, the trial with
-            the shortest expected remaining run time goes first (the production estimate:
-            median run time of finished trials of the same user and project,
-            ``view.estimate_duration``); trials without an estimate go after those with one.
-        borrow_by_estimate: trials that borrow (their tenant at or above its guarantee) are
-            served across tenants by their expected remaining run time first, then by the
-            tenants' fair-share scores: idle capacity goes to the work that frees it soonest.
-        estimates_for_backfill: expected durations also set when the head's reservation
-            starts and let trials that end before it backfill (EASY backfill). Estimates are
-            medians, not limits: half the trials run past them and delay the head.
-        victim_min_remaining_s: a running trial expected to end within this many seconds is
-            not preempted (its capacity frees soon anyway; preempting it loses its work and
-            puts it back in the queue). 0 turns it off.
-        victim_max_preemptions: a trial preempted this many times is not preempted again
-            (it runs to its end once restarted); None: no limit.
-        reclaim_after_s: a trial entitled to reclaim preempts only once it has waited this long
-            since it (re-)entered the queue; until then capacity that frees on its own comes
-            to it first (YARN's natural termination before preemption). 0: at once.
+        estimates_for_backfill: expected durations set when the head's reservation starts
+            and let a trial that ends before then start on capacity the head will need (EASY
+            backfill on durations). Off by default: the server's expected durations are
+            estimates (the median run time of finished trials of the same user and project),
+            not limits the runtime enforces, so half the trials run past them, delay the head
+            and cost its tenant its guarantee (docs/adr/0020-fair-backfill-without-duration-estimates.md). With it off, backfill uses
+            only capacity the head will not need (the reservation's caps) and the
+            reservation waits for releases of unknown time, as without any durations.
     """
 
     half_life_s: float = 24 * 3600.0
@@ -87,12 +77,7 @@ class FairShareConfig:
     gang_overshoot: bool = True
     cooldown_growth: float = 4.0
     victim_fewest_preemptions: bool = True
-    order_by_estimate: bool = False
-    borrow_by_estimate: bool = False
-    estimates_for_backfill: bool = True
-    victim_min_remaining_s: float = 0.0
-    victim_max_preemptions: int | None = None
-    reclaim_after_s: float = 0.0
+    estimates_for_backfill: bool = False
 
     def __post_init__(self) -> None:
         for name in ("half_life_s",):
@@ -103,18 +88,12 @@ class FairShareConfig:
             "aging_interval_s",
             "min_run_time_s",
             "preemption_cooldown_s",
-            "victim_min_remaining_s",
-            "reclaim_after_s",
         ):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be >= 0 seconds, got {value}")
         if not (self.cooldown_growth >= 1 and math.isfinite(self.cooldown_growth)):
             raise ValueError(f"cooldown_growth must be >= 1, got {self.cooldown_growth}")
-        if self.victim_max_preemptions is not None and self.victim_max_preemptions < 1:
-            raise ValueError(
-                f"victim_max_preemptions must be >= 1 or None, got {self.victim_max_preemptions}"
-            )
         for name in ("max_preemptions_per_pass", "max_failed_claims_per_pass"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -29,10 +29,6 @@ class PreemptionRules:
     cooldown_growth: float = 1.0
     # lenders' victims: those preempted fewest times first (before least work at risk)
     fewest_preemptions_first: bool = False
-    # a trial expected to end within this many seconds is not preempted (0: off)
-    min_remaining_s: float = 0.0
-    # a trial preempted this many times is not preempted again (None: no limit)
-    max_preemptions: int | None = None
 
     def band(self, attained_slot_s: float) -> int:
         return bisect.bisect_right(self.service_thresholds_slot_s, attained_slot_s)
@@ -84,9 +80,6 @@ class VictimFacts:
         for trial in trials:
             if trial.preempting or not trial.preemptible:
                 continue
-            limit = rules.max_preemptions
-            if limit is not None and trial.num_preemptions >= limit:
-                continue
             # a trial's facts are fixed for its attempt: most tenants change by a few trials
             seen = known.get(trial.trial_id)
             if seen is not None and seen[2] is trial:
@@ -137,22 +130,8 @@ class VictimFacts:
         lowest_rank, highest_band = 10**9, -1
         bands = len(thresholds)
         bisect_right = bisect.bisect_right
-        spare = self._rules.min_remaining_s
-        ending: list[tuple[float, RunningTrial]] = []
         for i in range(split):
             _, trial_id, trial, slots, attained, started, _, _, rank, at_risk = facts[i]
-            if spare:
-                expected = trial.expected_duration_s
-                if expected is not None:
-                    # protected from ``spare`` before its expected end until that end (past
-                    # it, the estimate says nothing more)
-                    end = started + expected
-                    if end - spare <= now < end:
-                        ending.append((end, trial))
-                        until = min(until, end)
-                        continue
-                    if now < end - spare:
-                        until = min(until, end - spare)
             level = bisect_right(thresholds, attained + slots * (now - started))
             if level < bands and slots:
                 ends = started + (thresholds[level] - attained) / slots
@@ -167,7 +146,7 @@ class VictimFacts:
                 highest_band = level
         state = TenantVictims(
             ready=ready,
-            young=[(f[0], f[2]) for f in facts[split:]] + ending,
+            young=[(f[0], f[2]) for f in facts[split:]],
             band=band,
             risk=risk,
             weakest=(lowest_rank, highest_band) if ready else None,
