@@ -58,9 +58,9 @@ class FairShareConfig:
             backfill on durations). Off by default: the server's expected durations are
             estimates (the median run time of finished trials of the same user and project),
             not limits the runtime enforces, so half the trials run past them, delay the head
-            and cost its tenant its guarantee (docs/adr/0020-fair-backfill-without-duration-estimates.md). With it off, backfill uses
-            only capacity the head will not need (the reservation's caps) and the
-            reservation waits for releases of unknown time, as without any durations.
+            and cost its tenant its guarantee (ADR 0020). With it off, backfill uses only
+            capacity the head will not need (the reservation's caps) and the reservation
+            waits for releases of unknown time, as without any durations.
     """
 
     half_life_s: float = 24 * 3600.0
