@@ -60,7 +60,8 @@ def trials(
     if same:
         from trainhub.cli.render import fmt_value
 
-        out.print(Text("same in every trial: " + ", ".join(f"{k}={fmt_value(v)}" for k, v in same)))
+        label = "same in every trial" if len(rows) > 1 else "hyperparameters"
+        out.print(Text(f"{label}: " + ", ".join(f"{k}={fmt_value(v)}" for k, v in same)))
     out.print(trials_by_metric_table(progress, varying))
     if weights:
         out.print("importance: " + ", ".join(f"{k} {v:.2f}" for k, v in weights.items()))
@@ -80,9 +81,7 @@ def _hparam_names(rows: list[JSON]) -> list[str]:
 
 def _split_constant(rows: list[JSON], names: list[str]) -> tuple[list[str], list[tuple[str, Any]]]:
     """(the hyperparameters that differ between trials, those that do not with their value):
-    the table's columns are what the search varies; a single trial keeps all its columns."""
-    if len(rows) < 2:
-        return names, []
+    the table's columns are what the search varies (a single trial's are all one line)."""
     varying: list[str] = []
     same: list[tuple[str, Any]] = []
     for name in names:
