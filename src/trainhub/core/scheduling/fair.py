@@ -37,12 +37,7 @@ from trainhub.core.scheduling.nodepool import NodePool
 from trainhub.core.scheduling.preemption import Preemptor
 from trainhub.core.scheduling.queue import OrderKey, QueueOrder, Run, TrialQueue
 from trainhub.core.scheduling.reasons import ReasonBook, behind_reason, limit_reason
-from trainhub.core.scheduling.reservation import (
-    Reservation,
-    expected_releases,
-    reserve,
-    reserve_on,
-)
+from trainhub.core.scheduling.reservation import Reservation, reserve
 from trainhub.core.scheduling.runningtable import RunningTable
 from trainhub.core.scheduling.snapshot import QueuedTrial, Snapshot, TenantShare
 from trainhub.core.scheduling.victims import ClaimMemo, PreemptionRules, VictimFacts
@@ -119,7 +114,6 @@ class FairSharePolicy(BasePolicy):
             service_thresholds_slot_s=self.config.service_thresholds_slot_s,
             cooldown_growth=self.config.cooldown_growth,
             fewest_preemptions_first=self.config.victim_fewest_preemptions,
-            max_work_at_risk_s=self.config.max_work_at_risk_s,
         )
         self.queue_order = QueueOrder("fair", self._order_key)
         # a cache of per-trial facts for victim choice; never changes a decision
@@ -175,10 +169,6 @@ class _FairPass:
         self.reservation: Reservation | None = None
         self.unmet_claim = False
         self.failed_claims = 0
-        # a claimant waiting for a release expected within its patience: its reservation
-        self.awaiting: Reservation | None = None
-        self.patience_wake: float | None = None
-        self._expected: list[tuple[float, str, int, float, float]] | None = None
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
         self.pending: list[Pending] = []
@@ -189,7 +179,6 @@ class _FairPass:
         self.shares, self.scaled_note = policy.effective_shares(snapshot.tenants, self.raw)
         # GPU counts say nothing about trials without GPUs: never stop early when some wait
         self.cpu_only = any(not shape[1] for _, _, shape in queue.groups)
-        self.headroom = math.floor(self.config.lending_headroom * self.raw.total_slots())
         self.tenants = self._tenants(queue)
 
     def _tenants(self, queue: TrialQueue) -> dict[str, _Tenant]:
@@ -294,8 +283,6 @@ class _FairPass:
                     waiting = self.book.of_group("waiting", request, group.shape)
                 self.lazy.append((group.trials, group.at, waiting))
         wake_at = self.preemptor.wake_at if self.preemptor and self.unmet_claim else None
-        if self.patience_wake is not None and (wake_at is None or self.patience_wake < wake_at):
-            wake_at = self.patience_wake
 
         return DecisionList(self.starts, self.preempts, self.pending, self.lazy, wake_at)
 
@@ -308,15 +295,6 @@ class _FairPass:
         if limit is not None and tenant.used + size > limit:
             unit = "GPUs" if request.gpus_per_worker else "CPUs"
             text = limit_reason(limit, tenant.used, unit)
-            return self._block(tenant, group, text, text)
-        headroom = self.headroom
-        if (
-            headroom
-            and request.gpus_per_worker
-            and self.raw.total_free - size < headroom
-            and not entitled(tenant.used, size, tenant.share.guaranteed_slots)
-        ):
-            text = f"the last {headroom} free GPUs are kept for tenants below their guarantee"
             return self._block(tenant, group, text, text)
         ranks, short = self._place(trial, request, size)
         if ranks is not None:
@@ -331,22 +309,7 @@ class _FairPass:
             never = self.book.of_group("never", request, group.shape)
             return self._block(tenant, group, never, never)
         if self.config.preemption and self.failed_claims < self.config.max_failed_claims_per_pass:
-            self.awaiting = None
             claimed = self._claim(tenant, group)
-            awaiting = self.awaiting
-            if awaiting is not None:
-                text = (
-                    "waits for GPUs of trials expected to end within "
-                    f"{awaiting.start_at - self.now:.0f}s before reclaiming"
-                    if awaiting.start_at is not None
-                    else "waits"
-                )
-                if self.reservation is None and self.config.patience_reserves:
-                    self.reservation = awaiting
-                    self.backfill = self.raw.copy(awaiting.caps)
-                    self._block(tenant, group, text, behind_reason(trial.trial_id))
-                    return not self.config.backfill
-                return self._block(tenant, group, text, text)
             if claimed is not None:
                 self.pending.append(Pending(trial.trial_id, claimed))
                 return self._advance(tenant, group)
@@ -365,27 +328,13 @@ class _FairPass:
                 self.backfill = self.raw
                 head_reason = self.book.prefixed("next in line")
             else:
-                self.reservation = None
-                one_node = request.num_workers == 1
-                if self.config.reserve_where_expected and not self.config.estimates_for_backfill and (one_node or not self.config.reserve_expected_one_node):
-                    events = expected_releases(self.running, self.now, math.inf)
-                    ahead = reserve_on(trial, self.raw, events) if events else None
-                    if ahead is not None:
-                        need: dict[str, int] = {}
-                        for node in ahead.ranks:
-                            need[node] = need.get(node, 0) + request.gpus_per_worker
-                        caps = {
-                            n: max(0, self.raw.free_gpus[n] - g) for n, g in need.items()
-                        }
-                        self.reservation = Reservation(trial.trial_id, ahead.ranks, caps, None)
-                if self.reservation is None:
-                    self.reservation = reserve(
-                        trial,
-                        self.raw,
-                        self.running,
-                        self.now,
-                        known_ends=self.config.estimates_for_backfill,
-                    )
+                self.reservation = reserve(
+                    trial,
+                    self.raw,
+                    self.running,
+                    self.now,
+                    known_ends=self.config.estimates_for_backfill,
+                )
                 self.backfill = self.raw.copy(self.reservation.caps)
                 head_reason = self.book.prefixed(self.reservation.describe(self.now))
             self._block(tenant, group, head_reason, behind_reason(trial.trial_id))
@@ -485,35 +434,6 @@ class _FairPass:
             tenant.used += size
             return "starts when the trials being preempted for it have checkpointed and exited"
         if entitled(tenant.used, size, guarantee):
-            patience = self.config.reclaim_patience_s
-            deadline = trial.queued_at + patience
-            if (
-                patience > 0
-                and self.now < deadline
-                and tenant.used >= self.config.patience_min_held * guarantee
-                and size <= self.config.patience_max_claim_share * guarantee
-            ):
-                if self._expected is None:
-                    lenders = None
-                    if self.config.patience_lenders_only:
-                        lenders = {
-                            t
-                            for t, held in self.running.slots_by_tenant.items()
-                            if held > self.shares.get(t, TenantShare()).guaranteed_slots
-                        }
-                    self._expected = expected_releases(
-                        self.running, self.now, self.now + patience, lenders
-                    )
-                events = [e for e in self._expected if e[0] <= deadline]
-                awaiting = reserve_on(trial, pool, events) if events else None
-                if awaiting is not None:
-                    self.awaiting = awaiting
-                    # the next decision comes when the release is due: if it did not
-                    # happen then, the claim goes ahead
-                    due = (awaiting.start_at if awaiting.start_at is not None else deadline) + 1.0
-                    if self.patience_wake is None or due < self.patience_wake:
-                        self.patience_wake = due
-                    return None
             overshoot = 0
             if self.config.gang_overshoot:
                 # what the gang goes past the guarantee, if no more than what the tenant is

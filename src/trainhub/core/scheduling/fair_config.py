@@ -78,15 +78,6 @@ class FairShareConfig:
     cooldown_growth: float = 4.0
     victim_fewest_preemptions: bool = True
     estimates_for_backfill: bool = False
-    reclaim_patience_s: float = 0.0
-    patience_reserves: bool = True
-    patience_min_held: float = 0.0
-    patience_lenders_only: bool = False
-    lending_headroom: float = 0.0
-    patience_max_claim_share: float = 1e9
-    max_work_at_risk_s: float | None = None
-    reserve_where_expected: bool = False
-    reserve_expected_one_node: bool = False
 
     def __post_init__(self) -> None:
         for name in ("half_life_s",):
@@ -97,7 +88,6 @@ class FairShareConfig:
             "aging_interval_s",
             "min_run_time_s",
             "preemption_cooldown_s",
-            "reclaim_patience_s",
         ):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):

@@ -90,7 +90,6 @@ class Preemptor:
         # lenders' and near tenants' trials for gangs with an overshoot, by the near tenants
         self._near_lent: dict[tuple[str, ...], Candidates] = {}
         self._failed_incoming: int | None = None
-        self._checkpoints: list[float] = []
         # tenants whose best waiting trial could not displace anything: the others cannot either
         self._failed_displace: set[str] = set()
         for trial in running.preempting:
@@ -211,7 +210,7 @@ class Preemptor:
             self._lenders = sorted(over, key=lambda t: (-over[t], t))
             self._over = set(over)
 
-        allowed = self._cheap(self._lenders_rule(claimant, 0))
+        allowed = self._lenders_rule(claimant, 0)
         others = [t for t in self._lenders if t != claimant]
         victims = None
         if others and self._spare(others[0]) > 0:
@@ -233,7 +232,7 @@ class Preemptor:
                 and held - self._taken.get(tenant, 0) >= self._share(tenant).guaranteed_slots
             ]
             if others or near:
-                relaxed = self._cheap(self._lenders_rule(claimant, overshoot))
+                relaxed = self._lenders_rule(claimant, overshoot)
 
                 def within(victims: Sequence[RunningTrial]) -> bool:
                     return self._deficit_caused(victims) <= overshoot
@@ -241,37 +240,11 @@ class Preemptor:
                 victims = self._choose(trial, pool, self._relaxed(near), relaxed, within)
         if victims is None:
             young = [at for tenant in (*others, *near) for at, _ in self._young.get(tenant, ())]
-            young.extend(self._checkpoints)
             self._note_young(young)
             if plain:
                 self._failed_reclaim = (size, overshoot)
                 self._memo.reclaim_failed(claimant, size, overshoot, min(young, default=math.inf))
         return victims
-
-    def _cheap(
-        self, allowed: Callable[[RunningTrial, int], bool]
-    ) -> Callable[[RunningTrial, int], bool]:
-        """``allowed``, and only trials that checkpointed at most ``max_work_at_risk_s`` ago;
-        the next checkpoints of those refused are noted (a later decision may take them)."""
-        limit = self._rules.max_work_at_risk_s
-        if limit is None:
-            return allowed
-        params, now, notes = self._risk_params, self._now, self._checkpoints
-
-        def cheap(victim: RunningTrial, taken: int) -> bool:
-            if not allowed(victim, taken):
-                return False
-            _, base, period, _, _ = params[victim.trial_id]
-            at_risk = max(0.0, now - base)
-            if period:
-                at_risk %= period
-            if at_risk <= limit:
-                return True
-            if period:
-                notes.append(now + period - at_risk)
-            return False
-
-        return cheap
 
     def _relaxed(self, near: Sequence[str]) -> Candidates:
         """The lenders' trials (:meth:`_all_lent`), then those of the tenants ``near`` (at

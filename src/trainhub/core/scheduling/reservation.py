@@ -19,7 +19,6 @@ cannot postpone.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 
 from trainhub.core.scheduling.nodepool import NodePool
@@ -79,47 +78,6 @@ def releases(
         events.extend((end, node, n * g, n * c, n * m) for node, n in counts.items())
     events.sort()
     return events
-
-
-def expected_releases(
-    running: RunningTable, now: float, until: float, tenants: Collection[str] | None = None
-) -> list[tuple[float, str, int, float, float]]:
-    """(time, node, GPUs, CPUs, memory GB) freed by running trials expected to end between
-    ``now`` and ``until``, in order. A trial past its expected end is not counted: its end is
-    no longer expected at any particular time."""
-    events: list[tuple[float, str, int, float, float]] = []
-    for trial in running.with_known_end:
-        assert trial.expected_duration_s is not None
-        if tenants is not None and trial.tenant not in tenants:
-            continue
-        end = trial.started_at + trial.expected_duration_s
-        if not now <= end <= until:
-            continue
-        request = trial.request
-        g, c, m = request.gpus_per_worker, request.cpus_per_worker, request.memory_gb_per_worker
-        counts: dict[str, int] = {}
-        for node in trial.placement:
-            counts[node] = counts.get(node, 0) + 1
-        events.extend((end, node, n * g, n * c, n * m) for node, n in counts.items())
-    events.sort()
-    return events
-
-
-def reserve_on(
-    head: QueuedTrial, pool: NodePool, events: list[tuple[float, str, int, float, float]]
-) -> Reservation | None:
-    """Where and when ``head`` starts once ``events`` (in order) freed their capacity; None
-    if they never make room for it."""
-    request = head.request
-    need = request.num_slots if request.gpus_per_worker else 0
-    future = pool.copy()
-    for time, node, gpus, cpus, memory in events:
-        future.adjust(node, gpus, cpus, memory)
-        if future.total_free >= need:
-            ranks = future.place(request)
-            if ranks is not None:
-                return _reservation(head, ranks, future, time)
-    return None
 
 
 def reserve(

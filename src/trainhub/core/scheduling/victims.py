@@ -29,8 +29,6 @@ class PreemptionRules:
     cooldown_growth: float = 1.0
     # lenders' victims: those preempted fewest times first (before least work at risk)
     fewest_preemptions_first: bool = False
-    # lenders' trials are taken only within this long after a checkpoint (None: any time)
-    max_work_at_risk_s: float | None = None
 
     def band(self, attained_slot_s: float) -> int:
         return bisect.bisect_right(self.service_thresholds_slot_s, attained_slot_s)
