@@ -6,7 +6,9 @@ what the benchmarks send is answered by the API alone, and the scheduler would o
 what the API let through. The cluster the submit check sees is one node of 8 CPUs and no GPU
 (``--cpus``), standing in for what Ray would report.
 
-    python benchmarks/api_server.py HOME PORT [--cpus 8]   # prints READY <admin token>
+    python benchmarks/api_server.py HOME PORT [--cpus 8] [--db URL]   # prints READY <token>
+
+``--db`` serves another database (a PostgreSQL URL) instead of SQLite in HOME.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ def free_port() -> int:
 class ApiServer:
     """Starts ``api_server.py`` in a subprocess; ``rss_mb()`` reads its resident memory."""
 
-    def __init__(self, home: Path, cpus: float = 8.0) -> None:
+    def __init__(self, home: Path, cpus: float = 8.0, db_url: str | None = None) -> None:
         self.home = home
         self.cpus = cpus
+        self.db_url = db_url or f"sqlite:///{home / 'trainhub.db'}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = ""
@@ -46,7 +49,10 @@ class ApiServer:
     def __enter__(self) -> ApiServer:
         env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, str(self.home), str(self.port), "--cpus", str(self.cpus)],
+            [
+                *(sys.executable, __file__, str(self.home), str(self.port)),
+                *("--cpus", str(self.cpus), "--db", self.db_url),
+            ],
             stdout=subprocess.PIPE,
             stderr=open(self.home / "server.log", "w"),
             text=True,
@@ -84,9 +90,10 @@ class ApiServer:
     def rss_mb(self) -> float:
         return float(psutil.Process(self.pid).memory_info().rss) / 2**20
 
-    @property
-    def db_url(self) -> str:
-        return f"sqlite:///{self.home / 'trainhub.db'}"
+    def cpu_s(self) -> float:
+        """CPU seconds (user and system) the server process has used so far."""
+        times = psutil.Process(self.pid).cpu_times()
+        return float(times.user + times.system)
 
 
 def start_attempt(db_url: str, trial_id: int) -> str:
@@ -114,6 +121,7 @@ def main() -> None:
     parser.add_argument("home", type=Path)
     parser.add_argument("port", type=int)
     parser.add_argument("--cpus", type=float, default=8.0)
+    parser.add_argument("--db", default=None, help="database URL; default: SQLite in HOME")
     args = parser.parse_args()
 
     import uvicorn
@@ -122,6 +130,7 @@ def main() -> None:
     from trainhub.adapters.storage import LocalArtifactStore
     from trainhub.api.app import create_app
     from trainhub.core.resources import Node
+    from trainhub.server import settle_heap
     from trainhub.service.admin import AdminService
     from trainhub.service.clock import system_clock
     from trainhub.service.container import Services
@@ -130,7 +139,7 @@ def main() -> None:
     from trainhub.service.usage import UsageService
 
     nodes = [Node("node-0", 0, args.cpus, 0, args.cpus)]
-    engine = make_engine(f"sqlite:///{args.home / 'trainhub.db'}")
+    engine = make_engine(args.db or f"sqlite:///{args.home / 'trainhub.db'}")
     migrate(engine)
     uow = SqlUnitOfWork(engine)
     store = LocalArtifactStore(args.home / "artifacts")
@@ -146,9 +155,11 @@ def main() -> None:
     )
     issued = admin.bootstrap()
     assert issued is not None
+    app = create_app(services)
+    settle_heap()  # as `trainhub server` does
     print(f"READY {issued.secret}", flush=True)
     uvicorn.run(
-        create_app(services),
+        app,
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

@@ -13,14 +13,14 @@ All arms run in one invocation and print JSON lines (keys as issue 9 names them)
   the whole system (a control plane process, SQLite, the local Ray): trials finished per
   minute; and the backend's ask and prune-decision p99 with ``--history`` finished trials in
   the study (target < 50 ms at 1,000).
-- ``ingestion``: metric points per second through the HTTP API (a real uvicorn, SQLite) from
-  ``--reporters`` concurrent reporters (target >= 50,000 points/s). Each reporter is a trial's
-  runtime (attempt 1, its own trial-scoped token) posting 10 batches of 1,000 points; the
-  reporters are threads of the benchmark's process, so their JSON encoding shares the server's
-  CPU and GIL (``process_cpu_s``, ``points_per_cpu_s``); ``rows_stored`` is counted after.
+- ``ingestion``: metric points per second through the HTTP API from ``--reporters``
+  concurrent reporters (target >= 50,000 points/s), as users run it: the server in its own
+  process (SQLite, or ``--db postgresql://...``), each reporter a trial's runtime in its own
+  process posting 10 batches of 1,000 points; ``rows_stored`` is counted after
+  (``benchmarks/ingestion.py`` says more).
 
     HOME=$(mktemp -d) .venv/bin/python benchmarks/hpo.py [--trials 32] [--overhead-trials 200]
-    HOME=$(mktemp -d) .venv/bin/python benchmarks/hpo.py --only ingestion
+    HOME=$(mktemp -d) .venv/bin/python benchmarks/hpo.py --only ingestion [--db postgresql://...]
 """
 
 from __future__ import annotations
@@ -29,10 +29,8 @@ import argparse
 import json
 import math
 import shutil
-import socket
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -278,116 +276,6 @@ max_restarts: 0
     return done / (elapsed / 60.0), done
 
 
-# ---------------------------------------------------------------- metric ingestion
-def ingestion(reporters: int, batches: int, points_per_batch: int, root: Path) -> dict[str, Any]:
-    """Points per second stored through the API, the batches refused, the rows stored."""
-    import httpx
-    import uvicorn
-
-    from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
-    from trainhub.adapters.storage import LocalArtifactStore
-    from trainhub.api.app import create_app
-    from trainhub.service.admin import AdminService
-    from trainhub.service.auth import new_token
-    from trainhub.service.clock import system_clock
-    from trainhub.service.container import Services
-    from trainhub.service.experiments import ExperimentService
-    from trainhub.service.tracking import TrackingService
-    from trainhub.service.usage import UsageService
-
-    root.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(f"sqlite:///{root / 'ingest.db'}")
-    migrate(engine)
-    uow = SqlUnitOfWork(engine)
-    store = LocalArtifactStore(root / "artifacts")
-    admin = AdminService(uow, system_clock)
-    services = Services(
-        uow=uow,
-        clock=system_clock,
-        experiments=ExperimentService(uow, store, system_clock),
-        tracking=TrackingService(uow, store, system_clock),
-        admin=admin,
-        usage=UsageService(uow, system_clock),
-        cluster_nodes=lambda: [],
-    )
-    issued = admin.bootstrap()
-    assert issued is not None
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(services), log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    headers = {"Authorization": f"Bearer {issued.secret}"}
-    trial_ids = []
-    with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
-        for index in range(reporters):
-            spec = f"name: ingest-{index}\nentrypoint: python -m train\n"
-            body = client.post("/api/v1/experiments", data={"spec": spec}).json()
-            trial_ids.append(body["trials"][0]["id"])
-
-    # each reporter is a trial's runtime: attempt 1 started, its own trial-scoped token
-    secrets_by_trial: dict[int, str] = {}
-    now = time.time()
-    with uow() as repo:
-        for trial_id in trial_ids:
-            secret, token_hash, prefix = new_token()
-            token = repo.add_token(token_hash, prefix, f"trial {trial_id}", now, trial_id=trial_id)
-            repo.add_attempt(trial_id, 1, f"t{trial_id}-a1", ["local"], None, token.id, now)
-            secrets_by_trial[trial_id] = secret
-
-    stored: list[int] = []
-    failed: list[str] = []
-
-    def report(trial_id: int) -> None:
-        own = {"Authorization": f"Bearer {secrets_by_trial[trial_id]}"}
-        with httpx.Client(base_url=url, headers=own, timeout=60) as client:
-            for batch in range(batches):
-                first = batch * points_per_batch
-                points = [
-                    {"step": step, "values": {"loss": 1.0 / (step + 1)}, "time": time.time()}
-                    for step in range(first, first + points_per_batch)
-                ]
-                r = client.post(
-                    f"/api/v1/trials/{trial_id}/metrics", json={"attempt": 1, "points": points}
-                )
-                if r.status_code == 204:
-                    stored.append(points_per_batch)
-                else:
-                    failed.append(f"{r.status_code} {r.text[:200]}")
-
-    threads = [threading.Thread(target=report, args=(t,)) for t in trial_ids]
-    began, cpu_began = time.perf_counter(), time.process_time()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
-    server.should_exit = True
-    thread.join(10)
-    with uow() as repo:  # nothing lost, nothing duplicated
-        rows = sum(len(repo.list_metrics(t, limit=100_000)) for t in trial_ids)
-    engine.dispose()
-    for reason in sorted(set(failed)):
-        print(f"refused batch: {reason}", file=sys.stderr)
-    with open("/proc/loadavg") as handle:
-        load = float(handle.read().split()[0])
-    return {
-        "points_per_s": round(sum(stored) / elapsed),
-        "refused_batches": len(failed),
-        "rows_stored": rows,
-        "points_sent": reporters * batches * points_per_batch,
-        # the reporters (building and encoding their JSON) share this process with the server
-        "process_cpu_s": round(cpu, 2),
-        "points_per_cpu_s": round(sum(stored) / cpu),
-        "load_average": load,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=32)
@@ -396,6 +284,9 @@ def main() -> None:
     parser.add_argument("--overhead-trials", type=int, default=200)
     parser.add_argument("--overhead-budget-s", type=float, default=240.0)
     parser.add_argument("--reporters", type=int, default=20)
+    parser.add_argument(
+        "--db", default=None, help="ingestion's database: postgresql://USER@HOST/DB"
+    )
     parts = ["efficiency", "overhead", "ingestion"]
     parser.add_argument("--skip", nargs="*", default=[], choices=parts)
     parser.add_argument("--only", choices=parts, help="run only this part")
@@ -437,20 +328,10 @@ def main() -> None:
                 flush=True,
             )
         if "ingestion" not in args.skip:
-            measured = ingestion(args.reporters, 10, 1000, root / "ingestion")
-            print(
-                json.dumps(
-                    {
-                        "benchmark": "ingestion",
-                        **measured,
-                        "reporters": args.reporters,
-                        "points_per_batch": 1000,
-                        "database": "sqlite",
-                        "target": ">= 50000",
-                    }
-                ),
-                flush=True,
-            )
+            from ingestion import run as run_ingestion  # benchmarks/ingestion.py
+
+            line = run_ingestion(args.reporters, args.db, root / "ingestion")
+            print(json.dumps(line), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

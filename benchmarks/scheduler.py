@@ -4,7 +4,8 @@ The sweep: the Philly trace and the Alibaba openb trace, clusters of 16, 48 and 
 GPUs, windows of each trace at 0.7x, 1x and 1.5x of the cluster's capacity (see
 ``trainhub.sim.sweep``), every policy per cell. One JSON line per policy per cell with the keys
 ``cell, policy, avg_jct_vs_fifo, p99_jct_vs_fifo, fifo_queues, min_share, idle_while_fits,
-utilisation, preemptions_per_job, wall_s`` (ratios against FIFO on the same window, same run);
+utilisation, preemptions_per_job, wall_s`` (ratios against FIFO on the same window, same run;
+the policies see the duration estimates the server makes, ``SimConfig.estimated_durations``);
 then decision-latency lines (1,000 nodes, 5,000 waiting trials; ``service`` is the server's
 mode, measured while the sweep's simulations run beside it: the contention it creates).
 Not part of the test run.
@@ -73,8 +74,11 @@ def run_cell(
         )
     tenants = guarantees_from_demand(jobs, cluster.total_gpus)
     summaries = []
+    # the policies see what the server knows: the estimate from finished jobs of the same
+    # tenant and size (SJF is shown the true durations: it is the bound)
+    sim = SimConfig(estimated_durations=True)
     for policy in policies:
-        result = simulate(jobs, cluster, policy, tenants=tenants, sim=SimConfig())
+        result = simulate(jobs, cluster, policy, tenants=tenants, sim=sim)
         summaries.append(result.summary())
     return cell_lines(cell_name(trace, nodes, 8, load), summaries)
 

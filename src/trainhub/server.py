@@ -7,6 +7,7 @@ the environment.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import threading
@@ -262,6 +263,28 @@ def save_admin_token(home: Path, secret: str) -> Path:
     return path
 
 
+# a young generation of 20,000 objects instead of 700: a metrics request makes a few thousand
+# objects (a batch of 1,000 points) that live until its commit, and with 20 in flight the
+# default thresholds collected ~4 times a request and pushed live batches into the old
+# generation, whose full collections then ran every ~30 requests
+GC_THRESHOLDS = (20_000, 10, 10)
+
+
+def settle_heap() -> None:
+    """Keep what start-up built out of the cyclic collector's way, for the process's life.
+
+    Modules, the app and its schemas, the ORM's mappers: ~200,000 objects that every full
+    collection walked (several per 200,000 metric points ingested, and the thread that
+    happened to allocate, most often the one parsing a request, paid for it: 4 ms of CPU per
+    1,000-point batch parsed instead of 1). Frozen, they are never collected (they live as
+    long as the process anyway); reference counting still frees what requests make. Called
+    once, after the app is built and before it serves.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def serve(settings: Settings) -> None:
     """Run the control plane until interrupted (``trainhub server``)."""
     import uvicorn
@@ -289,8 +312,9 @@ def serve(settings: Settings) -> None:
     for warning in plane.warnings:
         print(f"WARNING: {warning}", flush=True)
     write_pid_file(settings.home)
-    plane.loop_thread.start()
     app = create_app(plane.services)
+    settle_heap()
+    plane.loop_thread.start()
     try:
         # the dashboard's live streams never end by themselves: a stop waits this long for
         # requests in flight, then closes them (browsers reconnect to the next start)

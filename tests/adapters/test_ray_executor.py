@@ -370,6 +370,10 @@ def test_cluster_nodes_reports_capacity(ray_executor: RayExecutor) -> None:
     assert nodes[0].total_cpus == 8.0
     assert nodes[0].total_gpus == 0
     assert nodes[0].alive
+    # host memory as Ray schedules it (its "memory" resource), which the bundles reserve
+    memory = next(n["Resources"]["memory"] for n in ray.nodes() if n["Alive"]) / 1024**3
+    assert nodes[0].total_memory_gb == pytest.approx(memory)
+    assert 0 < nodes[0].free_memory_gb <= nodes[0].total_memory_gb
 
 
 def test_launch_to_process_start_latency(ray_executor: RayExecutor, run) -> None:

@@ -136,6 +136,45 @@ def test_a_metrics_batch_is_one_upsert_retries_change_nothing(uow: SqlUnitOfWork
     assert [(p.step, p.attempt, p.values) for p in replaced] == [(3, 2, {"loss": 0.5})]
 
 
+def test_metrics_target_reads_what_a_batch_is_checked_against(uow: SqlUnitOfWork) -> None:
+    experiment_id, trial_id = seed(uow)
+    with uow() as repo:
+        target = repo.metrics_target(trial_id, 1)
+        assert target is not None
+        assert (target.trial_id, target.experiment_id, target.tenant) == (
+            trial_id,
+            experiment_id,
+            "vision",
+        )
+        assert (target.state, target.latest_metrics, target.has_attempt) == (
+            TrialState.QUEUED,
+            {},
+            False,
+        )
+        assert target.searcher is None  # the spec has no searcher section
+        repo.add_attempt(trial_id, 1, "t1-a1", ["n1"], None, None, 3.0)
+        repo.update_trials([(trial_id, TrialUpdate(latest_metrics={"loss": 0.5, "step": 3}))])
+        owner = repo.get_user_by_name("alice")
+        assert owner is not None
+        searcher = {"metric": "loss", "mode": "min"}
+        searched = repo.add_experiment(
+            "vision", owner.id, "s", "p", {"searcher": searcher}, "", 0, 2.0
+        )
+        other = repo.add_trial(searched.id, {}, "normal", 2.0)
+    with uow() as repo:
+        target = repo.metrics_target(trial_id, 1)
+        second = repo.metrics_target(trial_id, 2)
+        assert target is not None
+        assert second is not None
+        assert target.has_attempt
+        assert not second.has_attempt
+        assert target.latest_metrics == {"loss": 0.5, "step": 3}
+        searched_target = repo.metrics_target(other.id, 1)
+        assert searched_target is not None
+        assert searched_target.searcher == {"metric": "loss", "mode": "min"}
+        assert repo.metrics_target(other.id + 1000, 1) is None
+
+
 def test_checkpoints(uow: SqlUnitOfWork) -> None:
     _, trial_id = seed(uow)
     with uow() as repo:

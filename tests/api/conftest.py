@@ -34,10 +34,26 @@ from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
 
-# the largest node: 8 CPUs, no GPU
+# the largest node: 8 CPUs, 32 GB, no GPU
 NODES = [
-    Node("node-a", total_gpus=0, total_cpus=8.0, free_gpus=0, free_cpus=8.0),
-    Node("node-b", total_gpus=0, total_cpus=4.0, free_gpus=0, free_cpus=4.0),
+    Node(
+        "node-a",
+        total_gpus=0,
+        total_cpus=8.0,
+        free_gpus=0,
+        free_cpus=8.0,
+        total_memory_gb=32.0,
+        free_memory_gb=32.0,
+    ),
+    Node(
+        "node-b",
+        total_gpus=0,
+        total_cpus=4.0,
+        free_gpus=0,
+        free_cpus=4.0,
+        total_memory_gb=16.0,
+        free_memory_gb=16.0,
+    ),
 ]
 
 

@@ -200,6 +200,7 @@ def test_the_connection_serves_the_next_request_after_a_refusal(served) -> None:
         (BASE + "resources: {workers: 2, single_node: true, cpus_per_worker: 5}\n", "resources"),
         (BASE + "resources: {gpus_per_worker: 1}\n", "resources.gpus_per_worker"),
         (BASE + "resources: {cpus_per_worker: 9}\n", "resources.cpus_per_worker"),
+        (BASE + "resources: {memory_gb_per_worker: 64}\n", "resources.memory_gb_per_worker"),
         (BASE + "resources: {node_labels: {zone: mars}}\n", "resources.node_labels"),
     ],
 )
@@ -217,6 +218,13 @@ def test_resources_beyond_the_cluster_name_the_largest_node(bapi: Api) -> None:
     assert error["path"] == "resources.workers"
     assert "holds at most 12" in error["message"]
     assert "the largest node has 0 GPUs, 8 CPUs" in error["message"]
+    memory = refused(
+        submit(bapi, member, spec=BASE + "resources: {memory_gb_per_worker: 33}\n"), 422
+    )
+    (error,) = memory["errors"]
+    assert error["path"] == "resources.memory_gb_per_worker"
+    assert "asks for 33 GB per worker; the largest node has" in error["message"]
+    assert "32" in error["message"]
     # what the cluster can hold is accepted
     assert submit(bapi, member, spec=BASE + "resources: {workers: 12}\n").status_code == 201
 

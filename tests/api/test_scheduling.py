@@ -123,6 +123,6 @@ def test_queue_says_when_guarantees_exceed_the_cluster(api: Api) -> None:
         assert r.status_code == 200
     note = api.client.get("/api/v1/queue", headers=api.headers(alice)).json()["note"]
     assert note is not None
-    assert "add up to 16" in note
+    assert "add up to 16 CPUs" in note  # a cluster without GPUs counts CPUs
     assert "cluster's 12" in note
     assert "scaled down by 0.75" in note

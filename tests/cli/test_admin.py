@@ -30,6 +30,9 @@ def test_tenants_create_list_update(cli: Cli) -> None:
     assert "error:" in duplicate.stderr
     invalid = cli("tenants", "create", "x", "--guaranteed", "-1")
     assert invalid.exit_code == 2  # rejected by the CLI's own option check
+    refused = cli("tenants", "update", "vision", "--weight", "0")  # the server's check
+    assert refused.exit_code == 1
+    assert "--weight: Input should be greater than 0" in refused.stderr  # the option's name
 
 
 def test_users_and_memberships(cli: Cli) -> None:
@@ -46,6 +49,9 @@ def test_users_and_memberships(cli: Cli) -> None:
     assert "vision (viewer)" in alice
     assert "yes" in next(line for line in listed.splitlines() if "root2" in line)
     assert cli("users", "add-to", "vision", "alice", "--role", "boss").exit_code == 2
+    swapped = cli("users", "add-to", "alice", "vision")  # the user named first
+    assert swapped.exit_code == 1
+    assert "the tenant comes first, then the user" in swapped.stderr
     assert "removed alice from vision" in cli("users", "remove-from", "vision", "alice").stdout
     assert "vision" not in next(
         line for line in cli("users", "ls").stdout.splitlines() if "alice" in line

@@ -149,6 +149,7 @@ def test_logs_print_raw_text_and_follow_stops_when_the_attempt_ended(
         cli("logs", str(trial_id)).stderr.strip() == "attempt 1, rank 0 has written no output yet"
     )
     finish(live, trial_id, attempt)
+    assert cli("logs", str(trial_id)).stderr.strip() == "attempt 1, rank 0 wrote no output"
     result = cli("logs", str(trial_id), "--rank", "1", "-f", "--poll-interval-s", "0.01")
     assert result.exit_code == 0
     assert result.stdout == text
@@ -208,6 +209,14 @@ def test_metrics_table_and_csv(cli: Cli, live: LiveServer) -> None:
     only = cli("metrics", str(trial_id), "--csv", "--keys", "loss").stdout.splitlines()
     assert only[0] == "step,attempt,reported_at,loss"
     assert len(only) == 3
+    # the runtime's own metrics (step timing, communication) only on asking in the table
+    with live.api.services.uow() as repo:
+        repo.upsert_metrics(trial_id, 1, [(2, {"loss": 0.25, "time/step_s": 0.2})], time.time())
+    plain = cli("metrics", str(trial_id))
+    assert "time/step_s" not in plain.stdout
+    assert "1 metric of the runtime not shown" in plain.stderr
+    assert "time/step_s" in cli("metrics", str(trial_id), "--all").stdout
+    assert "time/step_s" in cli("metrics", str(trial_id), "--csv").stdout.splitlines()[0]
 
 
 def test_cluster_nodes(cli: Cli, live: LiveServer) -> None:

@@ -20,6 +20,7 @@ entrypoint: python train.py
 hyperparameters:
   lr: {type: float, low: 1.0e-4, high: 1.0e-1, log: true}
   width: {type: int, low: 8, high: 64}
+  epochs: 6
 searcher: {sampler: random, metric: acc, max_trials: 4, max_concurrent_trials: 2, seed: 0}
 """
 
@@ -50,19 +51,25 @@ def test_trials_sorted_by_metric_with_hparams_as_columns(
     for value, row in zip((0.3, 0.9), rows, strict=True):
         start(live, row["id"])
         live.api.services.tracking.record_metrics(admin, row["id"], 1, [(2, {"acc": value})])
+    # a script that says how far it got (ctx.set_progress): its epochs done, not its step
+    said = {"current": 3, "total": 4, "unit": "epochs"}
+    live.api.services.tracking.record_metrics(admin, rows[1]["id"], 1, [], progress=said)
     rows = [
         json.loads(line) for line in cli("trials", str(experiment_id), "--json").output.splitlines()
     ]
     assert [r["metric"] for r in rows] == [0.9, 0.3]  # best first
-    assert [r["epochs"] for r in rows] == [2, 2]
+    assert [r["epochs"] for r in rows] == [3, 2]  # the 0.9 trial said 3 epochs
     table = cli("trials", str(experiment_id)).output
     assert "2/4 trials" in table
     assert "best: trial" in table
     assert "lr" in table
     assert "width" in table
+    # what the search does not vary is one line, not a column of each trial
+    assert "same in every trial: epochs=6" in table
+    assert "epochs" not in table.split("same in every trial")[1].split("\n", 1)[1]
     assert "2/4 trials: 0 done" in cli("show", str(experiment_id)).output
     csv_text = cli("trials", str(experiment_id), "--csv").output.splitlines()
-    assert csv_text[0] == "id,state,acc,epochs,lr,width,why"
+    assert csv_text[0] == "id,state,acc,done,lr,width,epochs,why"
     assert len(csv_text) == 3
 
 
@@ -85,8 +92,26 @@ def test_steer_from_the_command_line(live: LiveServer, cli: Cli, search: SearchS
     wrong = cli("clone", str(experiment_id), "--set", "searcher.sampler=annealing")
     assert wrong.exit_code == 1
     assert "searcher.sampler" in wrong.output
+    typo = cli("clone", str(experiment_id), "--set", "epochs=6x")  # a number made text
+    assert typo.exit_code == 1
+    assert "it is a number here (6)" in typo.output
     assert "saved template" in cli("template", "save", "base", "--from", str(experiment_id)).output
     assert "default/base (with code" in cli("template", "ls").output
     submitted = cli("template", "submit", "base", "--set", "lr=0.05")
     assert "from template base" in submitted.output
     assert "CANCELED" in cli("kill", str(experiment_id)).output
+
+
+def test_the_table_says_why_a_trial_was_pruned_in_few_words() -> None:
+    from trainhub.cli.search import _short_why
+
+    long = (
+        "pruned by the asha pruner: val_accuracy=0.9276 at step 1 is not among the best of "
+        "the trials at that step"
+    )
+    assert _short_why(long) == "asha at step 1 (0.9276)"
+    assert _short_why("pruned by the median pruner: below the median") == (
+        "median: below the median"
+    )
+    assert _short_why("paused by alice") == "paused by alice"
+    assert _short_why(None) == ""

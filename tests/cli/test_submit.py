@@ -179,3 +179,20 @@ def test_server_side_errors_are_printed_with_their_hint(
     assert result.exit_code == 1
     assert "error:" in result.stderr
     assert "nosuch" in result.stderr
+
+
+def test_what_no_node_holds_is_refused_by_the_server_with_the_field_lines(
+    cli: Cli, live: LiveServer, tmp_path: Path
+) -> None:
+    from trainhub.core.resources import Node
+
+    live.api.services.experiments.cluster_nodes = lambda: [  # type: ignore[method-assign]
+        Node("n1", 0, 8.0, 0, 8.0, total_memory_gb=16.0, free_memory_gb=16.0)
+    ]
+    spec = project(tmp_path, SPEC + "resources: {memory_gb_per_worker: 64}\n")
+    result = cli("submit", str(spec))
+    assert result.exit_code == 1
+    assert "resources.memory_gb_per_worker: asks for 64 GB per worker" in result.stderr
+    assert "16 GB memory" in result.stderr
+    assert "hint: fix the fields above and submit again" in result.stderr  # not the JSON's
+    assert live.count_experiments() == 0

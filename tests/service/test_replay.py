@@ -9,6 +9,7 @@ happened; on a bigger cluster, jobs finish sooner.
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,9 +119,17 @@ def filled(db_url: str, tmp_path: Path) -> Filled:
     return Filled(db_url, jcts)
 
 
+def _no_nan(constant: str) -> None:
+    raise AssertionError(f"{constant} in a JSON line: not JSON (jq and browsers refuse it)")
+
+
 def run_sim(*args: str) -> tuple[int, list[dict[str, Any]], str]:
     result = CliRunner().invoke(cli_app, ["sim", *args])
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    lines = [
+        json.loads(line, parse_constant=_no_nan)
+        for line in result.stdout.splitlines()
+        if line.startswith("{")
+    ]
     return result.exit_code, lines, result.stdout
 
 
@@ -175,3 +184,21 @@ def test_a_replay_of_an_empty_database_says_so(sqlite_url: str, tmp_path: Path) 
     code, _, out = run_sim("--replay", sqlite_url, "--guarantee", "vision:8")
     assert code == 2
     assert "TENANT=SLOTS" in out
+
+
+def test_a_replay_of_what_is_no_trainhub_database_says_so(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.db"
+    code, _, out = run_sim("--replay", str(missing))
+    assert code == 2
+    assert "there is no database file at" in " ".join(out.split())
+    assert not missing.exists()  # SQLite did not make an empty one
+    garbage = tmp_path / "notes.txt"
+    garbage.write_text("not a database\n" * 100)
+    code, _, out = run_sim("--replay", str(garbage))
+    assert code == 2
+    assert "cannot open the database" in " ".join(out.split())
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE trials (id INTEGER)").connection.commit()
+    code, _, out = run_sim("--replay", str(other))
+    assert code == 2
+    assert "is not a trainhub database" in " ".join(out.split())

@@ -150,6 +150,25 @@ def test_without_a_session_pages_redirect_to_login(site: Site) -> None:
     assert "httponly" in bad.headers["set-cookie"].lower()
 
 
+def test_a_malformed_or_unknown_address_gets_a_page_and_the_api_keeps_json(site: Site) -> None:
+    client = site.api.client
+    html = {"Accept": "text/html,application/xhtml+xml"}
+    malformed = client.get("/ui/experiments/abc", headers=html)
+    assert malformed.status_code == 422
+    assert malformed.headers["content-type"].startswith("text/html")
+    assert 'role="alert"' in malformed.text
+    assert "whole numbers" in malformed.text
+    unknown = client.get("/ui/no-such-page", headers=html)
+    assert unknown.status_code == 404
+    assert "/ui/experiments" in unknown.text
+    assert unknown.headers["content-type"].startswith("text/html")
+    # a page's script (no text/html in Accept) and the API still get JSON bodies
+    assert client.get("/ui/trials/abc/chart.json").json()["code"] == "invalid_request"
+    api = client.get("/api/v1/experiments/abc", headers=html)
+    assert api.headers["content-type"] == "application/json"
+    assert api.json()["code"]
+
+
 def test_a_wrong_token_is_refused_with_a_message(site: Site) -> None:
     client = site.api.client
     form = client.get("/ui/login").text

@@ -27,6 +27,7 @@ from trainhub.core import limits
 from trainhub.service.container import Services
 from trainhub.service.monitoring import MonitoringService
 from trainhub.web.routes import mount_ui
+from trainhub.web.site import error_page
 
 _CHECKPOINT_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/checkpoints/?$")
 _TRACE_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/profiles/[^/]+/ranks/[^/]+/trace/?$")
@@ -78,7 +79,7 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
         redoc_url=None,
     )
     app.state.services = services
-    install_error_handlers(app)
+    install_error_handlers(app, page_error=error_page)
     api = APIRouter(prefix="/api/v1")
     api.include_router(experiments.router)
     api.include_router(trials.router)

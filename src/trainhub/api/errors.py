@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from trainhub.core.errors import TrainhubError
@@ -15,14 +16,21 @@ from trainhub.core.spec_errors import explain
 log = logging.getLogger(__name__)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+PageError = Callable[[Request, int, str], Response | None]
+"""The dashboard's answer to an error of a page request (an HTML page), or None: not a page."""
+
+
+def install_error_handlers(app: FastAPI, page_error: PageError | None = None) -> None:
+    """JSON for the API; a page of the dashboard's for a browser's request of a dashboard URL
+    that the router refused (no such page, a malformed id) when ``page_error`` is given."""
+
     @app.exception_handler(TrainhubError)
     async def _trainhub_error(_request: Request, exc: TrainhubError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
         return JSONResponse(exc.to_dict(), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         errors = [
             {
                 "path": ".".join(str(p) for p in err["loc"] if p not in ("body", "query", "path")),
@@ -33,12 +41,18 @@ def install_error_handlers(app: FastAPI) -> None:
             for message, hint in [explain(err, where="the request")]
         ]
         message = "; ".join(f"{e['path']}: {e['message']}" for e in errors)
+        page = page_error(request, 422, message) if page_error else None
+        if page is not None:
+            return page
         return JSONResponse(
             {"code": "invalid_request", "message": message, "errors": errors}, status_code=422
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        page = page_error(request, exc.status_code, str(exc.detail)) if page_error else None
+        if page is not None:
+            return page
         return JSONResponse(
             {"code": "http_error", "message": str(exc.detail)}, status_code=exc.status_code
         )

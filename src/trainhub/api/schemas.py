@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import math
 from typing import Annotated, Any, NotRequired
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, TypeAdapter
@@ -441,6 +442,9 @@ class NodePublic(BaseModel):
     node_id: str
     total_gpus: int
     total_cpus: float
+    total_memory_gb: float | None = Field(
+        None, description="Host memory trials may reserve (GB); null where the node reports none."
+    )
     gpu_model: str | None
     labels: dict[str, str]
     alive: bool
@@ -451,6 +455,7 @@ class NodePublic(BaseModel):
             node_id=n.node_id,
             total_gpus=n.total_gpus,
             total_cpus=n.total_cpus,
+            total_memory_gb=n.total_memory_gb if math.isfinite(n.total_memory_gb) else None,
             gpu_model=n.gpu_model,
             labels=dict(n.labels),
             alive=n.alive,

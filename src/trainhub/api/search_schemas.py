@@ -58,7 +58,9 @@ class TrialResultPublic(BaseModel):
     state: TrialState
     hparams: dict[str, Any]
     metric: float | None = Field(description="Best value of the searcher's metric.")
-    epochs: int | None = Field(description="Latest step reported (the budget unit).")
+    epochs: int | None = Field(
+        description="How far it got: its progress (ctx.set_progress), else its latest step."
+    )
     stop_detail: str | None = Field(description="Why it was pruned or paused.")
     parent_trial_id: int | None
     trial: TrialPublic

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from typing import Annotated
 
@@ -167,23 +169,43 @@ def users_create(
     )
 
 
+_MEMBERSHIP_ORDER = "the tenant comes first, then the user: trainhub users {verb} TENANT USER"
+
+
+@contextmanager
+def _membership_hint(verb: str) -> Iterator[None]:
+    """A name that does not exist, said with the argument order (easy to swap)."""
+    from trainhub.client import ApiError
+
+    try:
+        yield
+    except ApiError as exc:
+        if exc.status_code != 404 or exc.hint:
+            raise
+        hint = _MEMBERSHIP_ORDER.format(verb=verb)
+        raise ApiError(exc.status_code, exc.code, exc.message, hint, exc.errors) from None
+
+
 @users_app.command("add-to")
 def users_add_to(
-    tenant: str,
-    name: str,
+    tenant: Annotated[str, typer.Argument(help="The tenant (first).")],
+    name: Annotated[str, typer.Argument(help="The user to add (second).")],
     role: Annotated[Role, typer.Option(case_sensitive=False)] = Role.MEMBER,
 ) -> None:
-    """Add a user to a tenant, or change their role there."""
-    with connect() as client:
+    """Add a user to a tenant, or change their role there: add-to TENANT USER."""
+    with connect() as client, _membership_hint("add-to"):
         u = client.set_membership(name, tenant, role.value)
     now_role = u["roles"].get(tenant, role.value)
     out.print(f"{escape(u['username'])} is {escape(now_role)} of {escape(tenant)}")
 
 
 @users_app.command("remove-from")
-def users_remove_from(tenant: str, name: str) -> None:
-    """Remove a user from a tenant."""
-    with connect() as client:
+def users_remove_from(
+    tenant: Annotated[str, typer.Argument(help="The tenant (first).")],
+    name: Annotated[str, typer.Argument(help="The user to remove (second).")],
+) -> None:
+    """Remove a user from a tenant: remove-from TENANT USER."""
+    with connect() as client, _membership_hint("remove-from"):
         client.remove_membership(name, tenant)
     out.print(f"removed {escape(name)} from {escape(tenant)}")
 
@@ -273,6 +295,7 @@ def cluster() -> None:
     table.add_column("GPUs", justify="right")
     table.add_column("GPU model")
     table.add_column("CPUs", justify="right")
+    table.add_column("memory GB", justify="right")
     table.add_column("labels")
     for n in c["nodes"]:
         table.add_row(
@@ -281,6 +304,7 @@ def cluster() -> None:
             str(n["total_gpus"]),
             Text(n["gpu_model"] or "-"),
             f"{n['total_cpus']:g}",
+            "-" if n.get("total_memory_gb") is None else f"{n['total_memory_gb']:.1f}",
             Text(", ".join(f"{k}={v}" for k, v in sorted(n["labels"].items()))),
         )
     out.print(table)

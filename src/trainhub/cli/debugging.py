@@ -34,8 +34,10 @@ def debug(
     ] = "aum",
     as_json: Annotated[bool, typer.Option("--json", help="The whole report as JSON.")] = False,
 ) -> None:
-    """Likely mislabeled samples of a trial (most suspicious first), its samples' regions
-    (easy, ambiguous, hard), per-class accuracy and the most confused class pairs.
+    """Likely mislabeled samples of a trial, its samples' regions and per-class accuracy.
+
+    The most suspicious samples first; regions are easy, ambiguous and hard; then per-class
+    accuracy and the most confused class pairs.
 
     Needs the trial's script to call ctx.track_samples (docs/debugging.md). Retrain without
     the flagged samples with `trainhub clone TRIAL --drop-flagged 0.05`.

@@ -350,7 +350,8 @@ def logs(
         except KeyboardInterrupt:
             raise typer.Exit(EXIT_INTERRUPTED) from None
         if not printed:
-            err.print(f"attempt {first['attempt']}, rank {rank} has written no output yet")
+            said = "wrote no output" if first["complete"] else "has written no output yet"
+            err.print(f"attempt {first['attempt']}, rank {rank} {said}")
 
 
 def metrics(
@@ -359,13 +360,28 @@ def metrics(
     keys: Annotated[
         str | None, typer.Option("--keys", "-k", help="Comma-separated metric names to show.")
     ] = None,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="The table shows the runtime's own metrics too (time/*, comm/*, "
+            "throughput/*, layers/*); CSV always has them.",
+        ),
+    ] = False,
 ) -> None:
     """Print the metrics a trial reported, one row per step."""
     from trainhub.cli.render import metric_keys, metric_points_table
+    from trainhub.core.layer_alerts import PREFIX as LAYER_PREFIX
+    from trainhub.core.step_timing import PROFILING_PREFIXES
 
     with connect() as client:
         points = client.list_metrics(trial_id, limit=100_000)
     names = [k.strip() for k in keys.split(",") if k.strip()] if keys else metric_keys(points)
+    hidden: list[str] = []
+    if not (keys or as_csv or show_all):  # the script's own metrics; the runtime's on asking
+        runtime = (*PROFILING_PREFIXES, LAYER_PREFIX)
+        hidden = [n for n in names if n.startswith(runtime)]
+        names = [n for n in names if not n.startswith(runtime)]
     if as_csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(["step", "attempt", "reported_at", *names])
@@ -379,3 +395,9 @@ def metrics(
         err.print(f"trial {trial_id} has reported no metrics yet")
         return
     out.print(metric_points_table(points, names))
+    if hidden:
+        plural = "s" if len(hidden) != 1 else ""
+        err.print(
+            f"[dim]{len(hidden)} metric{plural} of the runtime not shown (step timing, "
+            "communication, layer statistics): --all, or -k NAME,...[/]"
+        )

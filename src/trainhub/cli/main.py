@@ -254,8 +254,9 @@ def server_stop(
         typer.Option(envvar="TRAINHUB_HOME", help="State directory; default: ~/.trainhub."),
     ] = None,
 ) -> None:
-    """End what `trainhub server` started for HOME: the server, its local Ray head and the
-    trials still running on it (their processes are killed)."""
+    """End what `trainhub server` started for HOME: the server and its local Ray head.
+
+    The trials still running on that head end too (their processes are killed)."""
     from trainhub.server import default_home, stop_server
 
     stopped = stop_server(home.expanduser().resolve() if home else default_home())

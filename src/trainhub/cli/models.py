@@ -350,8 +350,9 @@ def compress(
     ] = True,
     tenant: TenantOpt = None,
 ) -> None:
-    """Prune and quantize a registered model as a job on the cluster, then register the result
-    as a new version with its size, accuracy and latency."""
+    """Prune and quantize a registered model as a job; register the result as a new version.
+
+    The job runs on the cluster; the new version records its size, accuracy and latency."""
     if quantize not in ("int8", "none"):
         raise fail(f"--quantize {quantize!r}: use int8 or none", code=EXIT_INVALID_INPUT)
     from trainhub.data import available

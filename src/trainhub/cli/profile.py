@@ -43,8 +43,10 @@ def profile(
         typer.Option("--out", help="A directory to save each rank's trace (.json.gz) in."),
     ] = None,
 ) -> None:
-    """Run torch.profiler on every rank of a running trial for its next steps (its script
-    calls `ctx.profile_step()` once per step); show the top operators per rank."""
+    """Profile a running trial's next steps on every rank; show the top operators per rank.
+
+    Runs torch.profiler in the trial's processes; its script calls `ctx.profile_step()` once
+    per step."""
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise fail(f"--out {out_dir} is a file", "pass a directory", code=EXIT_INVALID_INPUT)
     with connect() as client:

@@ -271,7 +271,12 @@ def experiment_view(e: JSON, now: float | None = None) -> RenderableType:
                 f"{resources.get('workers', 1)} workers x "
                 f"{resources.get('gpus_per_worker', 0)} GPU, "
                 f"{fmt_value(resources.get('cpus_per_worker', 1))} CPU, "
-                f"placement {resources.get('placement', 'pack')}",
+                + (
+                    f"{fmt_value(resources['memory_gb_per_worker'])} GB, "
+                    if resources.get("memory_gb_per_worker")
+                    else ""
+                )
+                + f"placement {resources.get('placement', 'pack')}",
             )
         )
     parts: list[RenderableType] = [_fields(pairs)]

@@ -7,6 +7,7 @@ or URL, PostgreSQL URL) without changing it and turns the options into a replay.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from trainhub.core.errors import InvalidRequest
 from trainhub.service.replay import ReplayReport, read_history, replay
@@ -43,12 +44,36 @@ def replay_database(
     since: float | None = None,
 ) -> ReplayReport:
     from sqlalchemy import inspect
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
 
     from trainhub.adapters.db import SqlUnitOfWork, make_engine
 
     overrides = parse_guarantees(guarantees)
-    engine = make_engine(database_url(url))
+    parsed = make_url(database_url(url))
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+        # SQLite would create an empty file there: say what is missing instead
+        raise InvalidRequest(
+            f"there is no database file at {parsed.database}",
+            "pass the server's database: a SQLite file (default ~/.trainhub/trainhub.db) or "
+            "its postgresql:// URL",
+        )
+    engine = make_engine(parsed.render_as_string(hide_password=False))
     try:
+        try:
+            tables = set(inspect(engine).get_table_names())
+        except DBAPIError as exc:
+            first = str(exc.orig or exc).strip().splitlines()[0]
+            raise InvalidRequest(
+                f"cannot open the database at {parsed.render_as_string()}: {first}",
+                "check the URL, the user and that the server is reachable",
+            ) from None
+        if not {"experiments", "trials", "attempts"} <= tables:
+            raise InvalidRequest(
+                f"{parsed.render_as_string()} is not a trainhub database (no experiments, "
+                "trials and attempts tables)",
+                "pass the database a trainhub server writes (--db of `trainhub server`)",
+            )
         columns = {c["name"] for c in inspect(engine).get_columns("trials")}
         if "run_time_s" not in columns:
             raise InvalidRequest(

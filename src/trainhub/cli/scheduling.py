@@ -105,8 +105,10 @@ def usage(
         bool, typer.Option("--csv", help="Print the rows as CSV (from the API) instead.")
     ] = False,
 ) -> None:
-    """Show slot-hours (GPU-hours) per day, tenant, user and project, tenant shares, and
-    storage against its quotas.
+    """Show GPU-hours per day, tenant, user and project, tenant shares and storage.
+
+    Slot-hours (GPU-hours) per day, tenant, user and project; tenant shares; storage against
+    its quotas.
 
     The second table sets each tenant's average slots over the period against its guarantee;
     the third the checkpoints each tenant keeps against its storage quotas.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -46,7 +47,7 @@ def trials(
     names = _hparam_names(rows)
     if as_csv:
         writer = csv.writer(sys.stdout)
-        writer.writerow(["id", "state", progress["metric"] or "metric", "epochs", *names, "why"])
+        writer.writerow(["id", "state", progress["metric"] or "metric", "done", *names, "why"])
         for row in rows:
             writer.writerow(
                 [row["id"], row["state"], row["metric"], row["epochs"]]
@@ -55,7 +56,13 @@ def trials(
             )
         return
     out.print(progress_line(progress))
-    out.print(trials_by_metric_table(progress, names))
+    varying, same = _split_constant(rows, names)
+    if same:
+        from trainhub.cli.render import fmt_value
+
+        label = "same in every trial" if len(rows) > 1 else "hyperparameters"
+        out.print(Text(f"{label}: " + ", ".join(f"{k}={fmt_value(v)}" for k, v in same)))
+    out.print(trials_by_metric_table(progress, varying))
     if weights:
         out.print("importance: " + ", ".join(f"{k} {v:.2f}" for k, v in weights.items()))
 
@@ -70,6 +77,44 @@ def _hparam_names(rows: list[JSON]) -> list[str]:
             if name not in names:
                 names.append(name)
     return names
+
+
+def _split_constant(rows: list[JSON], names: list[str]) -> tuple[list[str], list[tuple[str, Any]]]:
+    """(the hyperparameters that differ between trials, those that do not with their value):
+    the table's columns are what the search varies (a single trial's are all one line)."""
+    varying: list[str] = []
+    same: list[tuple[str, Any]] = []
+    for name in names:
+        values = [row["hparams"].get(name, _MISSING) for row in rows]
+        if all(v is not _MISSING and v == values[0] for v in values):
+            same.append((name, values[0]))
+        else:
+            varying.append(name)
+    return varying, same
+
+
+_MISSING = object()
+_PRUNED_BY = re.compile(r"^pruned by the (\w+) pruner: (?:\S+=(\S+) at step (\d+)\b)?")
+
+
+def _cell(value: Any) -> str:
+    """A hyperparameter in the table: floats to 4 significant digits (the JSON has them all)."""
+    from trainhub.cli.render import fmt_value
+
+    if isinstance(value, float) and not isinstance(value, bool):
+        return f"{value:.4g}"
+    return fmt_value(value)
+
+
+def _short_why(detail: str | None) -> str:
+    """The table's why: "asha at step 3 (0.41)" for a pruner's long reason; others as they are."""
+    found = _PRUNED_BY.match(detail or "")
+    if found is None:
+        return detail or ""
+    pruner, value, step = found.groups()
+    if value is None:
+        return f"{pruner}: {(detail or '')[found.end() :]}"
+    return f"{pruner} at step {step} ({value})"
 
 
 def progress_line(progress: JSON) -> str:
@@ -91,24 +136,25 @@ def progress_line(progress: JSON) -> str:
 
 
 def trials_by_metric_table(progress: JSON, names: list[str]) -> Any:
-    from trainhub.cli.render import fmt_value, state_text, titled_table
+    from trainhub.cli.render import state_text, titled_table
 
     table = titled_table("trials")
-    table.add_column("id", justify="right")
-    table.add_column("state")
-    table.add_column(Text(progress["metric"] or "metric"), justify="right")
-    table.add_column("epochs", justify="right")
+    table.add_column("id", justify="right", no_wrap=True, min_width=2)
+    table.add_column("state", no_wrap=True, min_width=9)
+    table.add_column(Text(progress["metric"] or "metric"), justify="right", min_width=7)
+    table.add_column("done", justify="right", no_wrap=True)  # an hparam may be called epochs
     for name in names:
         table.add_column(Text(name), justify="right")
-    table.add_column("why")
+    # one line a trial: the whole reason is in --json and `trainhub show --trial ID`
+    table.add_column("why", no_wrap=True, overflow="ellipsis", max_width=28)
     for row in progress["data"]:
         table.add_row(
             str(row["id"]),
             state_text(row["state"]),
-            "" if row["metric"] is None else fmt_value(row["metric"]),
+            "" if row["metric"] is None else f"{row['metric']:.4g}",
             "" if row["epochs"] is None else str(row["epochs"]),
-            *(fmt_value(row["hparams"][n]) if n in row["hparams"] else "-" for n in names),
-            Text(row["stop_detail"] or ""),
+            *(_cell(row["hparams"][n]) if n in row["hparams"] else "-" for n in names),
+            Text(_short_why(row["stop_detail"])),
         )
     return table
 

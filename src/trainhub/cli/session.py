@@ -38,8 +38,26 @@ def fail(message: str, hint: str = "", code: int = EXIT_API_ERROR) -> typer.Exit
     return typer.Exit(code)
 
 
+def _as_option(path: str) -> str:
+    """The running command's option for a request field the server refused (``weight`` ->
+    ``--weight``, ``max_trials`` -> ``--max-trials``), else the field path as it is."""
+    try:  # typer carries its own copy of click
+        from typer._click.globals import get_current_context
+    except ImportError:  # a typer that no longer does: the field path is still right
+        return path
+    context = get_current_context(silent=True)
+    if context is None or not path or "." in path:
+        return path
+    flag = "--" + path.replace("_", "-")
+    for param in context.command.params:
+        if param.param_type_name == "option" and flag in param.opts:
+            return flag
+    return path
+
+
 def print_field_errors(errors: Sequence[Any]) -> None:
-    """Print ``path: message (hint)`` for each field error, in red.
+    """Print ``path: message (hint)`` for each field error, in red; a request field that is an
+    option of the running command is named as that option.
 
     Accepts :class:`trainhub.core.errors.FieldError` objects and the API's JSON dicts alike.
     """
@@ -49,6 +67,7 @@ def print_field_errors(errors: Sequence[Any]) -> None:
             if isinstance(e, dict)
             else (e.path, e.message, e.hint)
         )
+        path = _as_option(str(path))
         text = f"{path or '<root>'}: {message}" + (f" ({hint})" if hint else "")
         err.print(f"  [red]{escape(text)}[/]")
 
@@ -83,7 +102,9 @@ def report_api_error(exc: ApiError, connection: Connection) -> None:
             )
         err.print(f"[dim]hint:[/] {escape(_login_hint(connection))}")
     elif exc.hint:
-        err.print(f"[dim]hint:[/] {escape(exc.hint)}")
+        # the API's hint points at its JSON body's 'errors'; here they are the lines above
+        hint = exc.hint.replace("the fields listed in 'errors'", "the fields above")
+        err.print(f"[dim]hint:[/] {escape(hint)}")
 
 
 @contextmanager

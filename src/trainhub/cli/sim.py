@@ -18,7 +18,7 @@ import json
 import math
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -46,6 +46,17 @@ def _ratio(value: object) -> str:
     if not isinstance(value, int | float) or math.isnan(value):
         return "-"
     return f"{value:.3f}"
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None: JSON has no NaN (jq and browsers refuse it)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 @app.callback(invoke_without_command=True)
@@ -184,9 +195,9 @@ def sim(
         for summary, line in zip(summaries, cell_lines(cell, summaries), strict=True):
             if replay is not None:
                 # a replay shows what really happened ("actual") beside each policy, in full
-                typer.echo(json.dumps({**line, **summary}))
+                typer.echo(json.dumps(_finite({**line, **summary}), allow_nan=False))
             elif line["policy"] in names:
-                typer.echo(json.dumps(line))
+                typer.echo(json.dumps(_finite(line), allow_nan=False))
         return
     table = Table(title=f"{loaded.name}: {len(loaded.jobs)} jobs on {cluster.describe()}")
     for column in (

@@ -210,12 +210,15 @@ def scaled_guarantees(guarantees: Mapping[str, int], total_slots: int) -> dict[s
     return {t: scaled.get(t, 0) for t in guarantees}
 
 
-def guarantee_note(guarantees: Mapping[str, int], total_slots: int) -> str | None:
-    """The words that tell users their guarantees were scaled down, or None if they were not."""
+def guarantee_note(
+    guarantees: Mapping[str, int], total_slots: int, unit: str = "GPUs"
+) -> str | None:
+    """The words that tell users their guarantees were scaled down, or None if they were not;
+    ``unit`` names the slots (CPUs on a cluster without GPUs)."""
     total = sum(guarantees.values())
     if total <= total_slots:
         return None
     return (
-        f"tenant guarantees add up to {total} GPUs, more than the cluster's {total_slots}: "
+        f"tenant guarantees add up to {total} {unit}, more than the cluster's {total_slots}: "
         f"each is scaled down by {total_slots / total:.2f}"
     )

@@ -117,7 +117,8 @@ class NodeCapacity:
     memory_gb: float
 
     def describe(self) -> str:
-        memory = f", {self.memory_gb:g} GB memory" if math.isfinite(self.memory_gb) else ""
+        finite = math.isfinite(self.memory_gb)
+        memory = f", {round(self.memory_gb, 1):g} GB memory" if finite else ""
         return f"{self.gpus} GPUs, {self.cpus:g} CPUs{memory}"
 
 

@@ -383,7 +383,8 @@ class ExperimentService:
             return None
         with self.uow() as repo:
             guarantees = {t.name: t.guaranteed_slots for t in repo.list_tenants()}
-        return fairshare.guarantee_note(guarantees, total_slots(nodes))
+        unit = "GPUs" if any(n.alive and n.total_gpus for n in nodes) else "CPUs"
+        return fairshare.guarantee_note(guarantees, total_slots(nodes), unit)
 
     def spec_of(self, experiment: Experiment) -> ExperimentSpec:
         return ExperimentSpec.model_validate(experiment.spec)

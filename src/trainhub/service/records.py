@@ -172,6 +172,20 @@ class MetricChunk:
 
 
 @dataclass(frozen=True)
+class MetricsTarget:
+    """What a batch of metrics is checked against and merged into, read in one query: every
+    runtime reports through this path, so it reads no more than it needs."""
+
+    trial_id: int
+    experiment_id: int
+    tenant: str
+    state: TrialState
+    latest_metrics: dict[str, Any]
+    has_attempt: bool  # the trial has the attempt the batch names
+    searcher: dict[str, Any] | None  # the experiment spec's ``searcher`` section
+
+
+@dataclass(frozen=True)
 class TrialEvent:
     time: float
     kind: str

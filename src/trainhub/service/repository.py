@@ -32,6 +32,7 @@ from trainhub.service.records import (
     LayerAlertRecord,
     MetricChunk,
     MetricPoint,
+    MetricsTarget,
     RecordedTrial,
     Tenant,
     TenantUpdate,
@@ -189,6 +190,11 @@ class UsageStore(Protocol):
 
 class MetricStore(Protocol):
     """One row per (trial, step); a step reported again merges and replaces values."""
+
+    def metrics_target(self, trial_id: int, attempt: int) -> MetricsTarget | None:
+        """The trial a batch of ``attempt`` goes to, with what the batch is checked against
+        (None: no such trial)."""
+        ...
 
     def upsert_metrics(
         self,

@@ -90,13 +90,23 @@ class SampleFilter:
         return json.dumps({"drop": list(self.drop), "relabel": relabel}, separators=(",", ":"))
 
 
+def _done(trial: Trial) -> int | None:
+    current = trial.progress.get("current")
+    if isinstance(current, int | float) and not isinstance(current, bool):
+        return int(current)
+    step = trial.latest_metrics.get("step")
+    return int(step) if isinstance(step, int | float) and not isinstance(step, bool) else None
+
+
 @dataclass(frozen=True)
 class TrialResult:
     """One row of ``trainhub trials``: a trial with its best metric and how far it got."""
 
     trial: Trial
     metric: float | None  # best value of the searcher's metric
-    steps: int | None  # the latest step it reported (epochs or steps, per the budget unit)
+    # how far it got: what the script said with ctx.set_progress (epochs done), else the
+    # latest step it reported (0-based epochs for most scripts)
+    steps: int | None
     stop_detail: str | None  # why it was pruned or paused
     parent_trial_id: int | None
 
@@ -426,12 +436,11 @@ class SteeringService:
             if best is None and metric is not None:
                 latest = trial.latest_metrics.get(metric)
                 best = float(latest) if isinstance(latest, int | float) else None
-            step = trial.latest_metrics.get("step")
             results.append(
                 TrialResult(
                     trial,
                     best,
-                    int(step) if isinstance(step, int | float) else None,
+                    _done(trial),
                     (link.stop_detail if link else None)
                     or (trial.message if trial.state == TrialState.PRUNED else None),
                     link.parent_trial_id if link else None,
@@ -503,4 +512,16 @@ def apply_change(spec: dict[str, Any], path: str, value: Any) -> None:
                 "set the value itself, e.g. " + ".".join(parts[: parts.index(part) + 1]) + "=...",
             )
         node = child
+    was = node.get(parts[-1])
+    if _is_number(was) and isinstance(value, str):
+        # `--set lr=1e-3x` or `lr=abc` would reach the script as text: a typo, not a choice
+        raise InvalidRequest(
+            f"cannot set {path!r} to the text {value!r}: it is a number here ({was!r})",
+            f"write a number, e.g. {path}=0.01, or a distribution such as "
+            f"{path}={{type: float, low: 0.001, high: 0.1}}",
+        )
     node[parts[-1]] = value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

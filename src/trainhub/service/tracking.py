@@ -6,7 +6,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from trainhub.core import layer_alerts, limits
 from trainhub.core.errors import (
@@ -31,6 +31,7 @@ from trainhub.service.records import (
     LayerAlertRecord,
     MetricChunk,
     MetricPoint,
+    MetricsTarget,
     Tenant,
     Trial,
     TrialUpdate,
@@ -60,21 +61,66 @@ def _trial_for(repo: Repository, principal: Principal, trial_id: int, write: boo
     return trial
 
 
-def _offer_best(
-    repo: Repository, experiment_id: int, points: list[tuple[int, dict[str, float]]]
-) -> None:
-    """Offer the batch's best value of the searcher's metric as the experiment's best (what
-    the experiments list sorts by)."""
-    searcher = repo.experiment_specs([experiment_id]).get(experiment_id, {}).get("searcher")
-    if not isinstance(searcher, dict) or not searcher.get("metric"):
-        return
+def _batch_best(
+    searcher: Mapping[str, Any] | None, points: list[tuple[int, dict[str, float]]]
+) -> tuple[float, str] | None:
+    """The batch's best value of the searcher's metric and the mode (``min`` or ``max``), to
+    offer as the experiment's best (what the experiments list sorts by); None: nothing to
+    offer."""
+    if not isinstance(searcher, Mapping) or not searcher.get("metric"):
+        return None
     metric = searcher["metric"]
     values = [v[metric] for _, v in points if isinstance(v.get(metric), int | float)]
-    if values:
-        mode = "min" if searcher.get("mode") == "min" else "max"
-        repo.offer_experiment_best(
-            experiment_id, float(min(values) if mode == "min" else max(values)), mode
-        )
+    if not values:
+        return None
+    mode = "min" if searcher.get("mode") == "min" else "max"
+    return float(min(values) if mode == "min" else max(values)), mode
+
+
+def _merge_latest(
+    latest: Mapping[str, Any], points: list[tuple[int, dict[str, float]]]
+) -> dict[str, Any]:
+    """The trial's latest metrics after the batch: each name's value at its highest step, and
+    the highest step reported so far."""
+    merged = dict(latest)
+    for _, values in sorted(points, key=lambda p: p[0]):
+        merged.update(values)
+    if points:
+        top = max(step for step, _ in points)
+        merged["step"] = max(top, int(merged.get("step", top)))
+    return merged
+
+
+def _layer_alerts(
+    points: list[tuple[int, dict[str, float]]], names: set[str]
+) -> list[layer_alerts.LayerAlert]:
+    """Alerts from the ``layers/*`` metrics of ``ctx.watch`` (rules: core.layer_alerts); a
+    batch without such names is not walked point by point."""
+    if not any(name.startswith(layer_alerts.PREFIX) for name in names):
+        return []
+    return [a for step, values in points for a in layer_alerts.evaluate(step, values)]
+
+
+def _record_layer_alerts(
+    repo: Repository, trial_id: int, alerts: list[layer_alerts.LayerAlert], now: float
+) -> None:
+    if any(a.kind is layer_alerts.AlertKind.NONFINITE for a in alerts):
+        known = [
+            a.layer
+            for a in repo.list_layer_alerts(trial_id)
+            if a.kind == layer_alerts.AlertKind.NONFINITE
+        ]
+        alerts = layer_alerts.attribute_nonfinite(alerts, known[0] if known else None)
+    repo.record_layer_alerts(trial_id, alerts, now)
+
+
+def _check_metrics_writer(
+    repo: Repository, principal: Principal, target: MetricsTarget, attempt: int, now: float
+) -> None:
+    """The rules of :func:`_writable_trial`, on the one row ``metrics_target`` read."""
+    _check_writer(repo, principal, target.trial_id, target.tenant, target.state, "metrics", now)
+    if not target.has_attempt:
+        _refuse_attempt(repo, target.trial_id, attempt)
 
 
 def _writable_trial(
@@ -82,7 +128,27 @@ def _writable_trial(
 ) -> Trial:
     """The trial a runtime reports ``what`` to, checked: its own token (or an admin, audited),
     not ended, and the attempt exists."""
-    trial = _trial_for(repo, principal, trial_id, write=False)
+    trial = repo.get_trial(trial_id)
+    if trial is None:
+        raise NotFound(f"trial {trial_id} does not exist")
+    _check_writer(repo, principal, trial_id, trial.tenant, trial.state, what, now)
+    if attempt not in [a.number for a in repo.list_attempts(trial_id)]:
+        _refuse_attempt(repo, trial_id, attempt)
+    return trial
+
+
+def _check_writer(
+    repo: Repository,
+    principal: Principal,
+    trial_id: int,
+    tenant: str,
+    state: TrialState,
+    what: str,
+    now: float,
+) -> None:
+    """Only the trial's own token writes what it reports (an admin too, audited), and only
+    while the trial has not ended."""
+    check_trial_scope(principal, trial_id, tenant, write=False)
     if principal.trial_id is None:
         if not principal.is_admin:
             raise PermissionDenied(
@@ -90,18 +156,17 @@ def _writable_trial(
                 "the runtime reports with the trial's token (TRAINHUB_TOKEN); users read only",
             )
         repo.add_event(trial_id, "audit", f"{what} written by admin {principal.username}", now)
-    if trial.state.is_terminal:
+    if state.is_terminal:
         raise Conflict(
-            f"trial {trial_id} already ended ({trial.state}); it takes no more {what}",
+            f"trial {trial_id} already ended ({state}); it takes no more {what}",
             "submit a new experiment to train further",
         )
+
+
+def _refuse_attempt(repo: Repository, trial_id: int, attempt: int) -> NoReturn:
     numbers = [a.number for a in repo.list_attempts(trial_id)]
-    if attempt not in numbers:
-        have = f"its attempts are {', '.join(map(str, numbers))}" if numbers else "it has none"
-        raise InvalidSpec(
-            [FieldError("attempt", f"trial {trial_id} has no attempt {attempt}; {have}")]
-        )
-    return trial
+    have = f"its attempts are {', '.join(map(str, numbers))}" if numbers else "it has none"
+    raise InvalidSpec([FieldError("attempt", f"trial {trial_id} has no attempt {attempt}; {have}")])
 
 
 def check_metric_values(values: Mapping[str, object], where: str) -> list[FieldError]:
@@ -258,11 +323,14 @@ class TrackingService:
             if errors:
                 raise InvalidSpec(errors[:20])
         now = self.clock()
+        names = {n for _, values in points for n in values}
+        alerts = _layer_alerts(points, names)
         with self.uow() as repo:
-            trial = _writable_trial(repo, principal, trial_id, attempt, "metrics", now)
-            latest = dict(trial.latest_metrics)
-            names = {n for _, values in points for n in values}
-            known = set(latest) - {"step"}
+            target = repo.metrics_target(trial_id, attempt)
+            if target is None:
+                raise NotFound(f"trial {trial_id} does not exist")
+            _check_metrics_writer(repo, principal, target, attempt, now)
+            known = set(target.latest_metrics) - {"step"}
             if len(known | names) > limits.MAX_METRIC_NAMES_PER_TRIAL:
                 raise InvalidSpec(
                     [
@@ -274,34 +342,18 @@ class TrackingService:
                         )
                     ]
                 )
+            # what the writes need is computed first: on SQLite the first write takes the
+            # database's one write lock, held until the commit
+            latest = _merge_latest(target.latest_metrics, points)
+            best = _batch_best(target.searcher, points)
             repo.upsert_metrics(trial_id, attempt, points, now)
-            self._raise_layer_alerts(repo, trial_id, points, now)
-            for _, values in sorted(points, key=lambda p: p[0]):
-                latest.update(values)
-            top = max(step for step, _ in points) if points else None
-            if top is not None:
-                latest["step"] = max(top, int(latest.get("step", top)))
-            repo.update_trial(
-                trial_id, TrialUpdate(latest_metrics=latest, progress=progress or KEEP)
+            if alerts:
+                _record_layer_alerts(repo, trial_id, alerts, now)
+            repo.update_trials(
+                [(trial_id, TrialUpdate(latest_metrics=latest, progress=progress or KEEP))]
             )
-            _offer_best(repo, trial.experiment_id, points)
-
-    @staticmethod
-    def _raise_layer_alerts(
-        repo: Repository, trial_id: int, points: list[tuple[int, dict[str, float]]], now: float
-    ) -> None:
-        """Alerts from the ``layers/*`` metrics of ``ctx.watch`` (rules: core.layer_alerts)."""
-        alerts = [a for step, values in points for a in layer_alerts.evaluate(step, values)]
-        if not alerts:
-            return
-        if any(a.kind is layer_alerts.AlertKind.NONFINITE for a in alerts):
-            known = [
-                a.layer
-                for a in repo.list_layer_alerts(trial_id)
-                if a.kind == layer_alerts.AlertKind.NONFINITE
-            ]
-            alerts = layer_alerts.attribute_nonfinite(alerts, known[0] if known else None)
-        repo.record_layer_alerts(trial_id, alerts, now)
+            if best is not None:
+                repo.offer_experiment_best(target.experiment_id, *best)
 
     def list_metrics(
         self, principal: Principal, trial_id: int, after_step: int | None, limit: int

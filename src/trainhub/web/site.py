@@ -32,6 +32,28 @@ _T = TypeVar("_T")
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 
 
+_ROUTER_HINTS = {
+    404: f"there is no such page: start from {PREFIX}/experiments",
+    405: "this address does not take that method: open it as a page",
+    422: "a part of the address is malformed (ids are whole numbers): check the link",
+}
+
+
+def error_page(request: Request, status: int, message: str) -> Response | None:
+    """The page for a browser's request of a dashboard URL that the router itself refused
+    (no such route, a malformed path or query); None for anything else, which keeps the API's
+    JSON (the pages' scripts fetch JSON from /ui too)."""
+    path = request.url.path
+    if path != PREFIX and not path.startswith(PREFIX + "/"):
+        return None
+    if "text/html" not in request.headers.get("accept", ""):
+        return None
+    error = {"status_code": status, "message": message, "hint": _ROUTER_HINTS.get(status)}
+    return templates.TemplateResponse(
+        request, "error.html", {"user": None, "csrf": "", "error": error}, status_code=status
+    )
+
+
 def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else ""
 

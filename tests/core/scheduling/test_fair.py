@@ -91,16 +91,47 @@ def test_backfill_does_not_take_what_the_head_needs() -> None:
 
 
 def test_backfill_with_known_durations_uses_the_gap_before_the_head_starts() -> None:
+    config = FairShareConfig(preemption=False, estimates_for_backfill=True)
     nodes = [node("a", 8, free=4)]
     run = [running(10, "x", ["a"] * 4, duration=100.0)]
     short = queued(2, at=1.0, duration=50.0)
     long = queued(3, at=2.0, duration=500.0)
-    _, out = decide(
-        NO_PREEMPTION, nodes=nodes, run=run, queue=[queued(1, gpus=8, at=0.0), short, long]
-    )
+    _, out = decide(config, nodes=nodes, run=run, queue=[queued(1, gpus=8, at=0.0), short, long])
     d = by_id(out)
     assert isinstance(d[2], Start)  # ends (t=50) before the head starts (t=100)
     assert isinstance(d[3], Pending)
+
+
+def test_by_default_expected_durations_do_not_let_a_trial_take_the_heads_gpus() -> None:
+    # the server's durations are medians of finished trials, not limits: a trial expected to
+    # end before the head starts may well run past it, so by default it waits behind the head
+    nodes = [node("a", 8, free=4)]
+    run = [running(10, "x", ["a"] * 4, duration=100.0)]
+    _, out = decide(
+        NO_PREEMPTION,
+        nodes=nodes,
+        run=run,
+        queue=[queued(1, gpus=8, at=0.0), queued(2, at=1.0, duration=50.0)],
+    )
+    d = by_id(out)
+    assert isinstance(d[2], Pending)
+    assert d[2].reason == "behind trial 1 (reserved)"
+    # and the head's reservation names no start time: the releases it waits for are unknown
+    assert "expected to start" not in d[1].reason  # type: ignore[union-attr]
+
+
+def test_by_default_backfill_still_uses_gpus_the_head_does_not_need() -> None:
+    nodes = [node("a", 8, free=4), node("b", 8, free=2)]
+    run = [running(10, "x", ["a"] * 4, duration=100.0), running(11, "x", ["b"] * 6)]
+    _, out = decide(
+        NO_PREEMPTION,
+        nodes=nodes,
+        run=run,
+        queue=[queued(1, gpus=8, at=0.0, single_node=True), queued(2, at=1.0, duration=5000.0)],
+    )
+    d = by_id(out)
+    assert isinstance(d[1], Pending)
+    assert isinstance(d[2], Start)  # on a node the head is not reserved on
 
 
 def test_without_backfill_everyone_waits_behind_the_head() -> None:

@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 
 from trainhub.core.scheduling.nodepool import NodePool
 from trainhub.core.scheduling.placement import NoFit, place
+from trainhub.core.scheduling.reservation import reserve
+from trainhub.core.scheduling.runningtable import RunningTable
 from trainhub.core.spec import Placement
 
-from .helpers import node, request
+from .helpers import node, queued, request, running
 
 
 def test_pack_puts_a_small_gang_on_the_tightest_node() -> None:
@@ -110,3 +112,20 @@ def test_a_placement_is_whole_and_within_free_capacity(
         assert count <= free[n]
     if single:
         assert len(set(result)) == 1
+
+
+def test_a_reservation_without_known_ends_counts_only_trials_being_preempted() -> None:
+    nodes = [node("a", 8, free=0), node("b", 8, free=0)]
+    ending = running(10, "x", ["a"] * 8, started_at=0.0, duration=100.0)
+    leaving = running(11, "x", ["b"] * 8, started_at=0.0, preempting=True)
+    table = RunningTable((ending, leaving))
+    head = queued(1, gpus=8, single_node=True)
+    trusted = reserve(head, NodePool(nodes), table, now=50.0)
+    assert trusted.start_at == 50.0  # the preempted trial leaves now, before the other ends
+    # an expected end alone no longer times the reservation
+    alone = RunningTable((ending,))
+    assert reserve(head, NodePool(nodes), alone, now=50.0).start_at == 100.0
+    assert reserve(head, NodePool(nodes), alone, now=50.0, known_ends=False).start_at is None
+    untrusted = reserve(head, NodePool(nodes), table, now=50.0, known_ends=False)
+    assert untrusted.start_at == 50.0
+    assert set(untrusted.ranks) == {"b"}

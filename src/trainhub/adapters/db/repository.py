@@ -39,6 +39,7 @@ from trainhub.service.records import (
     FinishedRun,
     MetricChunk,
     MetricPoint,
+    MetricsTarget,
     RecordedTrial,
     Tenant,
     TenantUpdate,
@@ -54,19 +55,24 @@ from trainhub.service.records import (
 # same rows again (nothing duplicated); a step reported again by the same attempt merges its
 # values into the stored ones (the values are flat objects of numbers, so SQLite's RFC 7396
 # json_patch and PostgreSQL's jsonb || are plain merges); a report by another attempt replaces
-# them. The two texts differ only in the parameter style and the merge.
+# them. The two texts differ in how the rows arrive and in the merge: SQLite's executemany
+# steps one prepared statement in C, while psycopg's sends a statement per row from Python
+# (60% of the API's GIL time on PostgreSQL), so PostgreSQL gets the batch as two arrays.
 _UPSERT_METRICS = (
-    'INSERT INTO metrics (trial_id, step, attempt, "values", reported_at) VALUES ({params}) '
+    'INSERT INTO metrics (trial_id, step, attempt, "values", reported_at) {rows} '
     "ON CONFLICT (trial_id, step) DO UPDATE SET "
     '"values" = CASE WHEN metrics.attempt = excluded.attempt THEN {merge} '
     'ELSE excluded."values" END, '
     "attempt = excluded.attempt, reported_at = excluded.reported_at"
 )
 _UPSERT_METRICS_SQLITE = _UPSERT_METRICS.format(
-    params="?, ?, ?, ?, ?", merge='json_patch(metrics."values", excluded."values")'
+    rows="VALUES (?, ?, ?, ?, ?)", merge='json_patch(metrics."values", excluded."values")'
 )
+# parameters: trial_id, attempt, reported_at, the steps, their values as JSON texts
+# ("WHERE true" keeps ON CONFLICT from being read as part of the FROM clause)
 _UPSERT_METRICS_POSTGRESQL = _UPSERT_METRICS.format(
-    params="%s, %s, %s, %s::json, %s",
+    rows='SELECT %s, batch.step, %s, batch."values"::json, %s '
+    'FROM unnest(%s::bigint[], %s::text[]) AS batch(step, "values") WHERE true',
     merge='(metrics."values"::jsonb || excluded."values"::jsonb)::json',
 )
 
@@ -770,36 +776,57 @@ class SqlRepository(SqlLayerAlertStore):
                 merged[step] = values
         if not merged:
             return
-        # the rows go to the driver's executemany as they are: SQLAlchemy's per-row parameter
-        # processing (a dict, a bind processor per value) cost more than the database's work
+        # the rows go to the driver as they are: SQLAlchemy's per-row parameter processing (a
+        # dict, a bind processor per value) cost more than the database's work; each metric's
+        # points also go as one packed chunk (what a chart's first read takes). All of it is
+        # built before the first write, which takes SQLite's write lock until the commit.
         encode = _JSON_ENCODE
-        rows = [(trial_id, step, attempt, encode(values), now) for step, values in merged.items()]
+        chunks = _metric_chunks(trial_id, attempt, merged)
         connection = self.s.connection()
         if connection.dialect.name == "postgresql":
-            connection.exec_driver_sql(_UPSERT_METRICS_POSTGRESQL, rows)
+            texts = [encode(values) for values in merged.values()]
+            batch = (trial_id, attempt, now, list(merged), texts)
+            connection.exec_driver_sql(_UPSERT_METRICS_POSTGRESQL, batch)
         else:
+            rows = [(trial_id, step, attempt, encode(v), now) for step, v in merged.items()]
             connection.exec_driver_sql(_UPSERT_METRICS_SQLITE, rows)
-        # and each metric's points as one packed chunk (what a chart's first read takes)
-        steps = np.fromiter(merged, dtype="<i8", count=len(merged))
-        names = {n for values in merged.values() for n in values}
-        chunks = []
-        for name in sorted(names):
-            present = np.fromiter((name in v for v in merged.values()), bool, len(merged))
-            column = np.fromiter(
-                (v[name] for v in merged.values() if name in v), "<f8", int(present.sum())
-            )
-            chunks.append(
-                {
-                    "trial_id": trial_id,
-                    "attempt": attempt,
-                    "name": name,
-                    "num_points": int(column.size),
-                    "steps": steps[present].tobytes(),
-                    "values": column.tobytes(),
-                }
-            )
         if chunks:
             self.s.execute(insert(MetricChunkRow), chunks)
+
+    def metrics_target(self, trial_id: int, attempt: int) -> MetricsTarget | None:
+        # one statement of plain columns: no ORM object, no tenant or attempt row of its own,
+        # and of the experiment's spec only its searcher section
+        has_attempt = (
+            select(AttemptRow.id)
+            .where(AttemptRow.trial_id == trial_id, AttemptRow.number == attempt)
+            .exists()
+        )
+        query = (
+            select(
+                TrialRow.experiment_id,
+                TenantRow.name,
+                TrialRow.state,
+                TrialRow.latest_metrics,
+                has_attempt,
+                ExperimentRow.spec["searcher"],
+            )
+            .join(TenantRow, TenantRow.id == TrialRow.tenant_id)
+            .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)
+            .where(TrialRow.id == trial_id)
+        )
+        row = self.s.execute(query).first()
+        if row is None:
+            return None
+        experiment_id, tenant, state, latest, exists, searcher = row
+        return MetricsTarget(
+            trial_id,
+            int(experiment_id),
+            str(tenant),
+            TrialState(state),
+            dict(latest or {}),
+            bool(exists),
+            dict(searcher) if isinstance(searcher, dict) else None,
+        )
 
     def list_metric_chunks(self, trial_id: int) -> list[MetricChunk]:
         rows = self.s.execute(
@@ -918,3 +945,28 @@ def _experiment_order(sort: str, order: str) -> list[Any]:
         rank = ExperimentRow.best_rank.desc() if ascending else ExperimentRow.best_rank.asc()
         return [rank.nulls_last(), tiebreak]
     return [tiebreak]
+
+
+def _metric_chunks(
+    trial_id: int, attempt: int, merged: dict[int, dict[str, float]]
+) -> list[dict[str, Any]]:
+    """Rows of metric_chunks: each metric's points of the batch packed as two arrays."""
+    steps = np.fromiter(merged, dtype="<i8", count=len(merged))
+    names = {n for values in merged.values() for n in values}
+    chunks = []
+    for name in sorted(names):
+        present = np.fromiter((name in v for v in merged.values()), bool, len(merged))
+        column = np.fromiter(
+            (v[name] for v in merged.values() if name in v), "<f8", int(present.sum())
+        )
+        chunks.append(
+            {
+                "trial_id": trial_id,
+                "attempt": attempt,
+                "name": name,
+                "num_points": int(column.size),
+                "steps": steps[present].tobytes(),
+                "values": column.tobytes(),
+            }
+        )
+    return chunks

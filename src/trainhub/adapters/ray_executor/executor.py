@@ -169,6 +169,10 @@ class RayExecutor:
                         free_cpus=float(free.get("CPU", 0.0)),
                         labels=labels,
                         gpu_model=_gpu_model(labels, total),
+                        # Ray's "memory" resource (bytes) is what its placement groups can
+                        # reserve; the bundles ask for memory_gb_per_worker of it, in GiB
+                        total_memory_gb=float(total.get("memory", 0.0)) / _GiB,
+                        free_memory_gb=float(free.get("memory", 0.0)) / _GiB,
                     )
                 )
             return nodes

@@ -328,7 +328,13 @@ class _FairPass:
                 self.backfill = self.raw
                 head_reason = self.book.prefixed("next in line")
             else:
-                self.reservation = reserve(trial, self.raw, self.running, self.now)
+                self.reservation = reserve(
+                    trial,
+                    self.raw,
+                    self.running,
+                    self.now,
+                    known_ends=self.config.estimates_for_backfill,
+                )
                 self.backfill = self.raw.copy(self.reservation.caps)
                 head_reason = self.book.prefixed(self.reservation.describe(self.now))
             self._block(tenant, group, head_reason, behind_reason(trial.trial_id))
@@ -353,7 +359,7 @@ class _FairPass:
             return ranks, False
         assert self.reservation is not None
         start_at = self.reservation.start_at
-        duration = trial.expected_duration_s
+        duration = trial.expected_duration_s if self.config.estimates_for_backfill else None
         if start_at is not None and duration is not None and self.now + duration <= start_at:
             return self.raw.place(request), True
         return None, False

@@ -53,6 +53,14 @@ class FairShareConfig:
         victim_fewest_preemptions: among a lender's trials that may be preempted, those
             preempted fewest times go first (then the least work since the last checkpoint),
             so preemptions spread over trials instead of hitting the same ones.
+        estimates_for_backfill: expected durations set when the head's reservation starts
+            and let a trial that ends before then start on capacity the head will need (EASY
+            backfill on durations). Off by default: the server's expected durations are
+            estimates (the median run time of finished trials of the same user and project),
+            not limits the runtime enforces, so half the trials run past them, delay the head
+            and cost its tenant its guarantee (ADR 0020). With it off, backfill uses only
+            capacity the head will not need (the reservation's caps) and the reservation
+            waits for releases of unknown time, as without any durations.
     """
 
     half_life_s: float = 24 * 3600.0
@@ -69,6 +77,7 @@ class FairShareConfig:
     gang_overshoot: bool = True
     cooldown_growth: float = 4.0
     victim_fewest_preemptions: bool = True
+    estimates_for_backfill: bool = False
 
     def __post_init__(self) -> None:
         for name in ("half_life_s",):

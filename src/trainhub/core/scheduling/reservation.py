@@ -53,13 +53,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def releases(running: RunningTable, now: float) -> list[tuple[float, str, int, float, float]]:
+def releases(
+    running: RunningTable, now: float, known_ends: bool = True
+) -> list[tuple[float, str, int, float, float]]:
     """(time, node, GPUs, CPUs, memory GB) freed by running trials with a known end, in order.
 
-    A trial being preempted is about to leave: its capacity counts as freed now.
+    A trial being preempted is about to leave: its capacity counts as freed now. Without
+    ``known_ends`` expected durations are ignored: only those trials count.
     """
     events: list[tuple[float, str, int, float, float]] = []
-    for trial in (*running.preempting, *running.with_known_end):
+    ending = running.with_known_end if known_ends else ()
+    for trial in (*running.preempting, *ending):
         if trial.preempting:
             end = now
         elif trial.expected_duration_s is not None:
@@ -81,12 +85,15 @@ def reserve(
     pool: NodePool,
     running: RunningTable,
     now: float,
+    *,
+    known_ends: bool = True,
 ) -> Reservation:
-    """Where and when ``head`` will start, given the known releases of ``running``."""
+    """Where and when ``head`` will start, given the known releases of ``running`` (with
+    ``known_ends`` False, only those of the trials being preempted)."""
     request = head.request
     need = request.num_slots if request.gpus_per_worker else 0
     future = pool.copy()
-    for time, node, gpus, cpus, memory in releases(running, now):
+    for time, node, gpus, cpus, memory in releases(running, now, known_ends):
         future.adjust(node, gpus, cpus, memory)
         if future.total_free >= need:
             ranks = future.place(request)
