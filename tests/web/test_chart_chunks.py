@@ -72,3 +72,24 @@ def test_first_read_from_chunks_equals_the_rows(db_url: str, tmp_path: Path) -> 
         assert _chart_view(chunked, api, token, trial_id, 2)["loss"][-1] == (31.0, 0.5)
     finally:
         api.services.uow.engine.dispose()  # type: ignore[attr-defined]
+
+
+def test_a_chart_lists_the_scripts_metrics_before_the_runtimes() -> None:
+    from trainhub.web.charts import _Series
+
+    series = _Series(attempts=1)
+    series.extend(
+        [0, 1],
+        [
+            {"val_accuracy": 0.5, "comm/bytes_per_step": 9.0, "time/step_s": 0.1, "loss": 1.0},
+            {"layers/fc1/grad_norm": 0.2, "val_accuracy": 0.6, "loss": 0.5},
+        ],
+    )
+    names = list(series.downsampled(100))
+    assert names == [
+        "loss",
+        "val_accuracy",
+        "comm/bytes_per_step",
+        "layers/fc1/grad_norm",
+        "time/step_s",
+    ]

@@ -371,17 +371,15 @@ def metrics(
 ) -> None:
     """Print the metrics a trial reported, one row per step."""
     from trainhub.cli.render import metric_keys, metric_points_table
-    from trainhub.core.layer_alerts import PREFIX as LAYER_PREFIX
-    from trainhub.core.step_timing import PROFILING_PREFIXES
+    from trainhub.core.step_timing import is_runtime_metric
 
     with connect() as client:
         points = client.list_metrics(trial_id, limit=100_000)
     names = [k.strip() for k in keys.split(",") if k.strip()] if keys else metric_keys(points)
     hidden: list[str] = []
     if not (keys or as_csv or show_all):  # the script's own metrics; the runtime's on asking
-        runtime = (*PROFILING_PREFIXES, LAYER_PREFIX)
-        hidden = [n for n in names if n.startswith(runtime)]
-        names = [n for n in names if not n.startswith(runtime)]
+        hidden = [n for n in names if is_runtime_metric(n)]
+        names = [n for n in names if not is_runtime_metric(n)]
     if as_csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(["step", "attempt", "reported_at", *names])

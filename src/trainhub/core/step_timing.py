@@ -9,7 +9,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from trainhub.core.layer_alerts import PREFIX as LAYER_PREFIX
+
 PROFILING_PREFIXES = ("time/", "comm/", "throughput/")
+# what the runtime reports by itself (step timing, communication, layer statistics): lists and
+# charts show the script's own metrics first
+RUNTIME_PREFIXES = (*PROFILING_PREFIXES, LAYER_PREFIX)
+
+
+def is_runtime_metric(name: str) -> bool:
+    return name.startswith(RUNTIME_PREFIXES)
 
 
 @dataclass(frozen=True)

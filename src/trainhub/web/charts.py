@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trainhub.core.downsample import DEFAULT_BUCKETS, minmax_downsample
+from trainhub.core.step_timing import is_runtime_metric
 from trainhub.service.container import Services
 from trainhub.service.ports import Principal
 from trainhub.service.records import MetricChunk
@@ -76,7 +77,10 @@ class _Series:
                 hi = min(self.steps.size, int(np.searchsorted(self.steps, x_range[1], "right")) + 1)
             steps = self.steps[lo:hi]
             metrics = {}
-            for name, all_values in sorted(self.values.items()):
+            # the script's own metrics first, then what the runtime reports by itself
+            for name, all_values in sorted(
+                self.values.items(), key=lambda item: (is_runtime_metric(item[0]), item[0])
+            ):
                 values = all_values[lo:hi]
                 present = ~np.isnan(values)
                 if present.all():
