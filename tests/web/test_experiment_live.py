@@ -88,6 +88,11 @@ def test_parallel_coordinates_live_and_clone(browser: Any, site: Site) -> None:
     assert axes[0] == "lr"
     assert axes[-1] == "acc"
     assert set(axes) <= {"lr", "width", "acc"}
+    # the table too: epochs is said once above it, not a column of every trial
+    assert "epochs=3" in page.inner_text("#fixed-hparams")
+    headers = page.eval_on_selector_all("#trials thead th", "ths => ths.map(t => t.textContent)")
+    assert "lr" in headers
+    assert "epochs" not in headers
     # live: the fourth trial's metric arrives by a server-sent event, without a reload
     page.wait_for_function("document.body.dataset.live === 'sse'")
     _acc(site, trial_ids[3], runtimes[trial_ids[3]], 0.9)

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from trainhub.core.best_so_far import TrialValue, best_so_far
+from trainhub.core.search_space import is_distribution
 from trainhub.service.container import Services
 from trainhub.service.ports import Principal
 from trainhub.web.parcoords import parcoords_data
 from trainhub.web.site import templates
+
+
+def _fixed_hparams(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec's hyperparameters that no trial varies (not a distribution, not mutated by
+    PBT): one line above the table instead of a column each. Read from the spec, so the
+    columns stay the same as trials arrive (the live rows reuse the first render's header)."""
+    raw = spec.get("hyperparameters")
+    searcher = spec.get("searcher")
+    mutations = searcher.get("mutations") if isinstance(searcher, Mapping) else None
+    mutated = set(mutations) if isinstance(mutations, Mapping) else set()
+    if not isinstance(raw, Mapping):
+        return {}
+    return {
+        name: value
+        for name, value in sorted(raw.items())
+        if name not in mutated and not is_distribution(value)
+    }
 
 
 def experiment_context(
@@ -20,7 +39,8 @@ def experiment_context(
         progress = services.steering.progress(principal, experiment_id)
         metric, mode = progress.metric, progress.mode
         best = {r.trial.id: r.metric for r in progress.results}
-    hparam_names = sorted({k for t in detail.trials for k in t.hparams})
+    fixed = _fixed_hparams(detail.experiment.spec)
+    hparam_names = sorted({k for t in detail.trials for k in t.hparams} - set(fixed))
     return {
         "experiment": detail.experiment,
         "trials": detail.trials,
@@ -28,6 +48,7 @@ def experiment_context(
         "mode": mode,
         "best": best,
         "hparam_names": hparam_names,
+        "fixed_hparams": fixed,
         "steerable": services.steering is not None,
         "parcoords": parcoords_data(detail.trials, best, metric, mode),
         "best_so_far": best_so_far(
