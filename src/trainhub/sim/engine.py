@@ -13,7 +13,6 @@ restart pays ``restart_overhead_s`` before making progress again.
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -21,17 +20,16 @@ from dataclasses import dataclass, replace
 
 from trainhub.core.fairshare import DecayedUsage, scaled_guarantees
 from trainhub.core.gcpause import collection_paused
-from trainhub.core.resources import ResourceRequest, can_ever_fit
-from trainhub.core.scheduling import BasePolicy, TenantShare, split_decisions
+from trainhub.core.resources import Node, ResourceRequest, can_ever_fit
+from trainhub.core.scheduling import BasePolicy, Start, TenantShare, split_decisions
 from trainhub.core.scheduling.view import DurationEstimates, SnapshotBuilder, TrialFacts
 from trainhub.core.states import TrialState
 from trainhub.sim.cluster import ClusterSpec
+from trainhub.sim.events import Event, EventKind, EventQueue
 from trainhub.sim.idle import IdleWhileFits
 from trainhub.sim.ledger import TenantTimeline
 from trainhub.sim.metrics import JobRecord, SimResult
 from trainhub.sim.trace import TraceJob
-
-_FINISH, _RELEASE, _WAKE = 0, 1, 2
 
 
 class SimulationError(RuntimeError):
@@ -104,272 +102,364 @@ class Simulator:
 
     def run(self) -> SimResult:
         wall = time.perf_counter()
-        self._cpu_start = time.process_time()
+        cpu = time.process_time()
         with collection_paused():
-            return self._run(wall)
+            return _Run(self).run(wall, cpu)
 
-    def _run(self, wall: float) -> SimResult:
-        cfg = self.config
-        policy = self.policy
+
+@dataclass(slots=True)
+class _JobState:
+    """One admitted job's progress across its attempts (the trace holds only its first ask)."""
+
+    job: TraceJob
+    request: ResourceRequest
+    record: JobRecord
+    # productive time still to do: shrinks only by what a checkpoint saved
+    remaining_s: float
+    # GPU-time held over all attempts, the attained service a policy such as LAS ranks by
+    attained_gpu_s: float = 0.0
+    # the current (or last) attempt's number, start and restart overhead; 0 before the first
+    attempt: int = 0
+    started_at: float = 0.0
+    overhead_s: float = 0.0
+
+
+class _Run:
+    """The books of one simulation and the steps that change them, one method per kind of step.
+
+    Kept apart from ``Simulator`` (what to simulate) so that each step reads on its own: the
+    event loop, an arrival, an attempt that ends (finished, or released after a preemption),
+    a scheduling pass and the decisions it returns, and the accounting of held GPU-time.
+    """
+
+    def __init__(self, sim: Simulator) -> None:
+        self.cfg = sim.config
+        self.policy = sim.policy
+        self.tenants = sim.tenants
+        self.total_gpus = sim.cluster.total_gpus
         # the control loop's own snapshot builder: the policy sees the same view of the same facts
-        builder = SnapshotBuilder.for_policy(policy)
-        node_facts = [spec.facts() for spec in self.cluster.nodes]
-        builder.set_nodes(node_facts)
-        total_g = {n.node_id: n.total_gpus for n in node_facts}
-        free_g = dict(total_g)
-        free_c = {n.node_id: n.total_cpus for n in node_facts}
-        free_m = {n.node_id: n.total_memory_gb for n in node_facts}
+        self.builder = SnapshotBuilder.for_policy(sim.policy)
+        node_facts = [spec.facts() for spec in sim.cluster.nodes]
+        self.builder.set_nodes(node_facts)
+        # free capacity per node; IdleWhileFits reads these same dicts, so they change in place
+        self.free_g = {n.node_id: n.total_gpus for n in node_facts}
+        self.free_c = {n.node_id: n.total_cpus for n in node_facts}
+        self.free_m = {n.node_id: n.total_memory_gb for n in node_facts}
 
-        jobs = self.jobs
-        requests = {j.job_id: j.request() for j in jobs}
-        records = {
+        self.jobs = sim.jobs
+        requests = {j.job_id: j.request() for j in self.jobs}
+        self.records = {
             j.job_id: JobRecord(j.job_id, j.tenant, j.num_gpus, j.submit_s, j.duration_s)
-            for j in jobs
+            for j in self.jobs
         }
-        nodes_now = [spec.node() for spec in self.cluster.nodes]
-        # jobs share a few request shapes: one fit check per shape, not per job
-        never: dict[tuple[object, ...], bool] = {}
-        rejected = []
-        for j in jobs:
-            request = requests[j.job_id]
-            key = _request_key(request)
-            known = never.get(key)
-            if known is None:
-                known = never[key] = can_ever_fit(request, nodes_now) is not None
-            if known:
-                rejected.append(j.job_id)
-        skip = set(rejected)
-        arrivals = [j for j in jobs if j.job_id not in skip]
-        by_id = {j.job_id: j for j in arrivals}
-        remaining = {j.job_id: j.duration_s for j in arrivals}
-        attained: dict[int, float] = {}
-        preemptions: dict[int, int] = {}
-        attempt: dict[int, int] = {}
-        started_at: dict[int, float] = {}
-        overhead: dict[int, float] = {}
-        facts: dict[int, TrialFacts] = {}
-        tenant_names = sorted({j.tenant for j in arrivals} | set(self.tenants))
-        start = arrivals[0].submit_s if arrivals else 0.0
+        self.rejected = _never_fitting(
+            self.jobs, requests, [spec.node() for spec in sim.cluster.nodes]
+        )
+        skip = set(self.rejected)
+        self.arrivals = [j for j in self.jobs if j.job_id not in skip]
+        self.at_arrival = 0  # index of the next arrival
+        self.states = {
+            j.job_id: _JobState(j, requests[j.job_id], self.records[j.job_id], j.duration_s)
+            for j in self.arrivals
+        }
+        # what the policy knows of each queued, running or preempting job
+        self.facts: dict[int, TrialFacts] = {}
+        self.estimates = DurationEstimates()
+        self.events = EventQueue()
+
+        tenant_names = sorted({j.tenant for j in self.arrivals} | set(self.tenants))
+        self.start = self.arrivals[0].submit_s if self.arrivals else 0.0
         # fairness is measured against the guarantees the policy can honour (scaled to fit)
         guarantees = scaled_guarantees(
             {t: self.tenants.get(t, TenantShare()).guaranteed_slots for t in tenant_names},
-            self.cluster.total_gpus,
+            self.total_gpus,
         )
-        timeline = TenantTimeline(tenant_names, guarantees, start)
-        usage = DecayedUsage(cfg.half_life_s, start, tenant_names)
-        heap: list[tuple[float, int, int, int, int]] = []
-        seq = 0
-        next_wake = math.inf
-        at_arrival = 0
-        now = start
-        last = now
-        passes = 0
-        last_pass = -math.inf
-        lost_gpu_s = 0.0
-        busy_gpu_s = 0.0
+        self.timeline = TenantTimeline(tenant_names, guarantees, self.start)
+        self.usage = DecayedUsage(self.cfg.half_life_s, self.start, tenant_names)
+        self.idle = IdleWhileFits(self.free_g, self.free_c, self.free_m, self.start)
+        self.last = self.start  # the instant accounted up to
+        self.passes = 0
+        self.last_pass = -math.inf
+        self.held = 0  # GPUs held by running and preempting attempts
+        self.busy_gpu_s = 0.0
+        self.lost_gpu_s = 0.0
         # GPU-time held while jobs still arrive: utilisation under the offered load
-        last_arrival = arrivals[-1].submit_s if arrivals else start
-        arriving_gpu_s = 0.0
-        held = 0
-        total_gpus = self.cluster.total_gpus
-        idle = IdleWhileFits(free_g, free_c, free_m, start)
+        self.last_arrival = self.arrivals[-1].submit_s if self.arrivals else self.start
+        self.arriving_gpu_s = 0.0
 
-        estimates = DurationEstimates()
+    def run(self, wall: float, cpu: float) -> SimResult:
+        """Jump from instant to instant; at each, take in its arrivals and job events, then
+        run a scheduling pass if anything waits, as the control loop does after a change.
 
-        def queued_facts(job_id: int, at: float) -> TrialFacts:
-            job = by_id[job_id]
-            made = TrialFacts(
-                trial_id=job_id,
-                tenant=job.tenant,
-                state=TrialState.QUEUED,
-                request=requests[job_id],
-                priority=job.priority,
-                queued_at=at,
-                submitted_at=job.submit_s,
-                attained_service=attained.get(job_id, 0.0),
-                progress_s=job.duration_s - remaining[job_id],
-                expected_duration_s=(
-                    job.duration_s
-                    if cfg.known_durations
-                    else estimates.estimate(job.tenant, f"{job.tenant}:{job.num_gpus}")
-                    if cfg.estimated_durations
-                    else None
-                ),
-                num_preemptions=preemptions.get(job_id, 0),
+        ``wall`` and ``cpu`` are the clocks at ``Simulator.run``: the result's timings
+        include the set-up.
+        """
+        arrivals = self.arrivals
+        events = self.events
+        while self.at_arrival < len(arrivals) or events:
+            t_arrival = (
+                arrivals[self.at_arrival].submit_s if self.at_arrival < len(arrivals) else math.inf
             )
-            facts[job_id] = made
-            return made
-
-        def hold(job_id: int, placement: tuple[str, ...], sign: int) -> None:
-            request = requests[job_id]
-            g, c, m = request.gpus_per_worker, request.cpus_per_worker, request.memory_gb_per_worker
-            for node_id in placement:
-                free_g[node_id] -= sign * g
-                free_c[node_id] -= sign * c
-                free_m[node_id] -= sign * m
-
-        while at_arrival < len(arrivals) or heap:
-            t_arrival = arrivals[at_arrival].submit_s if at_arrival < len(arrivals) else math.inf
-            t_event = heap[0][0] if heap else math.inf
-            now = min(t_arrival, t_event)
-            if now > last:
-                busy_gpu_s += held * (now - last)
-                if last < last_arrival:
-                    arriving_gpu_s += held * (min(now, last_arrival) - last)
-                idle.advance(now)
-                last = now
-            changed: list[TrialFacts] = []
+            now = min(t_arrival, events.next_at())
+            self._account_until(now)
+            changed = self._admit_arrivals(now)
             gone: list[int] = []
-            while at_arrival < len(arrivals) and arrivals[at_arrival].submit_s <= now:
-                job = arrivals[at_arrival]
-                at_arrival += 1
-                changed.append(queued_facts(job.job_id, now))
-                timeline.change(job.tenant, now, demand=job.num_gpus)
-            while heap and heap[0][0] <= now:
-                _, _, kind, job_id, number = heapq.heappop(heap)
-                if kind == _WAKE:
-                    if next_wake <= now:
-                        next_wake = math.inf
-                    continue
-                trial = facts.get(job_id)
-                if trial is None or not trial.state.is_active or attempt.get(job_id) != number:
-                    continue
-                hold(job_id, trial.placement, -1)
-                slots = trial.request.num_slots
-                held -= slots
-                timeline.change(trial.tenant, now, held=-slots)
-                usage.change(trial.tenant, now, -slots)
-                ran = now - started_at[job_id]
-                attained[job_id] = attained.get(job_id, 0.0) + slots * ran
-                record = records[job_id]
-                if kind == _FINISH:
-                    record.finish_s = now
-                    job = by_id[job_id]
-                    estimates.add(job.tenant, f"{job.tenant}:{job.num_gpus}", job.duration_s)
-                    timeline.change(trial.tenant, now, demand=-slots)
-                    del facts[job_id]
-                    gone.append(job_id)
-                    continue
-                productive = max(0.0, ran - overhead[job_id])
-                saved = productive
-                if not cfg.save_on_preempt and cfg.checkpoint_interval_s > 0:
-                    saved = (
-                        math.floor(productive / cfg.checkpoint_interval_s)
-                        * cfg.checkpoint_interval_s
-                    )
-                saved = min(saved, remaining[job_id])
-                remaining[job_id] -= saved
-                lost_gpu_s += (productive - saved) * slots
-                changed.append(queued_facts(job_id, now))
+            for event in events.pop_due(now):
+                self._end_attempt(event, now, changed, gone)
             if changed or gone:
-                builder.update(changed, gone)
-                idle.changed(builder.queue)
-            if not builder.num_queued:
+                self.builder.update(changed, gone)
+                self.idle.changed(self.builder.queue)
+            if not self.builder.num_queued or not self._pass_due(now):
                 continue
-            if cfg.pass_interval_s and now < last_pass + cfg.pass_interval_s:
-                tick = last_pass + cfg.pass_interval_s
-                if tick < next_wake:
-                    next_wake = tick
-                    seq += 1
-                    heapq.heappush(heap, (tick, seq, _WAKE, -1, 0))
-                continue
-            last_pass = now
-            usage.now = now
-            snapshot = builder.snapshot(now, self.tenants, usage)
-            passes += 1
-            if passes > cfg.max_passes:
-                raise SimulationError(f"more than {cfg.max_passes} scheduling passes")
-            starts, preempts, wake_at = split_decisions(policy.decide(snapshot))
-            changed = []
-            for preempt in preempts:
-                trial = facts.get(preempt.trial_id)
-                if trial is None or trial.state is not TrialState.RUNNING:
-                    raise SimulationError(f"preempt of trial {preempt.trial_id}, not running")
-                if not trial.preemptible:
-                    raise SimulationError(f"preempt of trial {preempt.trial_id}, not preemptible")
-                changed.append(replace(trial, state=TrialState.PREEMPTING))
-                facts[trial.trial_id] = changed[-1]
-                preemptions[trial.trial_id] = preemptions.get(trial.trial_id, 0) + 1
-                records[trial.trial_id].preemptions += 1
-                seq += 1
-                heapq.heappush(
-                    heap,
-                    (
-                        now + cfg.checkpoint_time_s,
-                        seq,
-                        _RELEASE,
-                        trial.trial_id,
-                        attempt[trial.trial_id],
-                    ),
-                )
-            for decision in starts:
-                job_id = decision.trial_id
-                queued = facts.get(job_id)
-                if queued is None or queued.state is not TrialState.QUEUED:
-                    raise SimulationError(f"start of trial {job_id}, which is not queued")
-                request = requests[job_id]
-                if len(decision.placement) != request.num_workers:
-                    raise SimulationError(
-                        f"trial {job_id}: {len(decision.placement)} ranks placed, "
-                        f"gang has {request.num_workers}"
-                    )
-                number = attempt.get(job_id, 0) + 1
-                cost = cfg.restart_overhead_s if number > 1 else 0.0
-                trial = replace(
-                    queued,
-                    state=TrialState.RUNNING,
-                    placement=decision.placement,
-                    attempt_started_at=now,
-                    # progress (and so the work a preemption loses) counts from after the
-                    # restart overhead; periodic checkpoints follow
-                    last_checkpoint_at=now + cost,
-                    checkpoint_every_s=cfg.checkpoint_interval_s or None,
-                )
-                hold(job_id, decision.placement, +1)
-                for node_id in set(decision.placement):
-                    if free_g[node_id] < 0 or free_c[node_id] < -1e-9 or free_m[node_id] < -1e-9:
-                        raise SimulationError(f"trial {job_id} over-allocates node {node_id}")
-                attempt[job_id] = number
-                overhead[job_id] = cost
-                started_at[job_id] = now
-                end = now + cost + remaining[job_id]
-                facts[job_id] = trial
-                changed.append(trial)
-                held += request.num_slots
-                timeline.change(trial.tenant, now, held=request.num_slots)
-                usage.change(trial.tenant, now, request.num_slots)
-                record = records[job_id]
-                if record.first_start_s is None:
-                    record.first_start_s = now
-                seq += 1
-                heapq.heappush(heap, (end, seq, _FINISH, job_id, number))
-            if changed:
-                builder.update(changed)
-                idle.changed(builder.queue)
-            if wake_at is not None and now < wake_at < next_wake:
-                next_wake = wake_at
-                seq += 1
-                heapq.heappush(heap, (wake_at, seq, _WAKE, -1, 0))
-            if not heap and at_arrival >= len(arrivals) and builder.num_queued:
+            self._run_pass(now)
+            if not events and self.at_arrival >= len(arrivals) and self.builder.num_queued:
                 break  # nothing will ever change: the rest can never start
-        idle.advance(last)
-        timeline.settle(last)
-        return SimResult(
-            policy=policy.name,
-            records=[records[j.job_id] for j in jobs],
-            rejected=rejected,
-            total_gpus=total_gpus,
-            busy_gpu_s=busy_gpu_s,
-            lost_gpu_s=lost_gpu_s,
-            passes=passes,
-            timeline=timeline,
-            wall_s=time.perf_counter() - wall,
-            idle_gpu_s=idle.idle_gpu_s,
-            arriving_gpu_s=arriving_gpu_s,
-            arriving_s=last_arrival - start,
-            span_s=last - start,
-            cpu_s=time.process_time() - self._cpu_start,
+        return self._result(wall, cpu)
+
+    def _account_until(self, now: float) -> None:
+        """Integrate held and idle GPU-time up to ``now``: the state is constant between
+        instants, so each gap is counted once, before the instant's events change it."""
+        if now <= self.last:
+            return
+        self.busy_gpu_s += self.held * (now - self.last)
+        if self.last < self.last_arrival:
+            self.arriving_gpu_s += self.held * (min(now, self.last_arrival) - self.last)
+        self.idle.advance(now)
+        self.last = now
+
+    def _admit_arrivals(self, now: float) -> list[TrialFacts]:
+        """Queue the jobs submitted by ``now``; their facts, for the snapshot builder."""
+        arrivals = self.arrivals
+        queued: list[TrialFacts] = []
+        while self.at_arrival < len(arrivals) and arrivals[self.at_arrival].submit_s <= now:
+            job = arrivals[self.at_arrival]
+            self.at_arrival += 1
+            queued.append(self._queued_facts(job.job_id, now))
+            self.timeline.change(job.tenant, now, demand=job.num_gpus)
+        return queued
+
+    def _end_attempt(
+        self, event: Event, now: float, changed: list[TrialFacts], gone: list[int]
+    ) -> None:
+        """An attempt finishes or, preempted, releases its GPUs: the job leaves the books
+        (``gone``) or queues again (``changed``). Events of an attempt that already ended
+        (a finish scheduled before the job was preempted) are stale and do nothing."""
+        trial = self.facts.get(event.job_id)
+        if trial is None or not trial.state.is_active:
+            return
+        state = self.states[event.job_id]
+        if state.attempt != event.attempt:
+            return
+        slots = trial.request.num_slots
+        self._hold(state.request, trial.placement, -1)
+        self.held -= slots
+        self.timeline.change(trial.tenant, now, held=-slots)
+        self.usage.change(trial.tenant, now, -slots)
+        ran = now - state.started_at
+        state.attained_gpu_s += slots * ran
+        if event.kind is EventKind.FINISH:
+            self._finish(state, slots, now)
+            gone.append(event.job_id)
+        else:
+            self._lose_unsaved_work(state, ran, slots)
+            changed.append(self._queued_facts(event.job_id, now))
+
+    def _finish(self, state: _JobState, slots: int, now: float) -> None:
+        """Record the job's end; its run time now informs the estimates of later jobs."""
+        job = state.job
+        state.record.finish_s = now
+        self.estimates.add(job.tenant, _project(job), job.duration_s)
+        self.timeline.change(job.tenant, now, demand=-slots)
+        del self.facts[job.job_id]
+
+    def _lose_unsaved_work(self, state: _JobState, ran: float, slots: int) -> None:
+        """A preempted attempt keeps only the progress up to its last checkpoint (all of it
+        with ``save_on_preempt``); the rest is lost GPU-time. The restart overhead it paid
+        first is never progress."""
+        cfg = self.cfg
+        productive = max(0.0, ran - state.overhead_s)
+        saved = productive
+        if not cfg.save_on_preempt and cfg.checkpoint_interval_s > 0:
+            saved = math.floor(productive / cfg.checkpoint_interval_s) * cfg.checkpoint_interval_s
+        saved = min(saved, state.remaining_s)
+        state.remaining_s -= saved
+        self.lost_gpu_s += (productive - saved) * slots
+
+    def _pass_due(self, now: float) -> bool:
+        """Whether a scheduling pass runs at ``now``: with ``pass_interval_s``, passes keep
+        the control loop's tick, and an instant too close to the last pass waits for the
+        next tick (a wake-up) instead."""
+        interval = self.cfg.pass_interval_s
+        if interval and now < self.last_pass + interval:
+            self.events.wake_at(self.last_pass + interval)
+            return False
+        return True
+
+    def _run_pass(self, now: float) -> None:
+        """One scheduling pass: the policy decides on a snapshot, the simulator carries out
+        its preemptions, then its starts (a start may use what a preemption frees only once
+        the victim has released it), then remembers the wake-up it asks for."""
+        cfg = self.cfg
+        self.last_pass = now
+        self.usage.now = now
+        snapshot = self.builder.snapshot(now, self.tenants, self.usage)
+        self.passes += 1
+        if self.passes > cfg.max_passes:
+            raise SimulationError(f"more than {cfg.max_passes} scheduling passes")
+        starts, preempts, wake_at = split_decisions(self.policy.decide(snapshot))
+        changed = [self._preempt(preempt.trial_id, now) for preempt in preempts]
+        changed.extend(self._start(decision, now) for decision in starts)
+        if changed:
+            self.builder.update(changed)
+            self.idle.changed(self.builder.queue)
+        if wake_at is not None and now < wake_at:
+            self.events.wake_at(wake_at)
+
+    def _preempt(self, job_id: int, now: float) -> TrialFacts:
+        """Tell a running attempt to stop: it keeps its GPUs for ``checkpoint_time_s`` while
+        it saves and exits, then releases them."""
+        trial = self.facts.get(job_id)
+        if trial is None or trial.state is not TrialState.RUNNING:
+            raise SimulationError(f"preempt of trial {job_id}, not running")
+        if not trial.preemptible:
+            raise SimulationError(f"preempt of trial {job_id}, not preemptible")
+        preempting = replace(trial, state=TrialState.PREEMPTING)
+        self.facts[job_id] = preempting
+        state = self.states[job_id]
+        state.record.preemptions += 1
+        self.events.push(now + self.cfg.checkpoint_time_s, EventKind.RELEASE, job_id, state.attempt)
+        return preempting
+
+    def _start(self, decision: Start, now: float) -> TrialFacts:
+        """Start a queued job's next attempt where the policy placed it, after checking the
+        decision against the policy contract (whole gang, no over-allocation); its finish is
+        scheduled at once and goes stale if it is preempted first."""
+        cfg = self.cfg
+        job_id = decision.trial_id
+        queued = self.facts.get(job_id)
+        if queued is None or queued.state is not TrialState.QUEUED:
+            raise SimulationError(f"start of trial {job_id}, which is not queued")
+        state = self.states[job_id]
+        request = state.request
+        if len(decision.placement) != request.num_workers:
+            raise SimulationError(
+                f"trial {job_id}: {len(decision.placement)} ranks placed, "
+                f"gang has {request.num_workers}"
+            )
+        number = state.attempt + 1
+        cost = cfg.restart_overhead_s if number > 1 else 0.0
+        trial = replace(
+            queued,
+            state=TrialState.RUNNING,
+            placement=decision.placement,
+            attempt_started_at=now,
+            # progress (and so the work a preemption loses) counts from after the
+            # restart overhead; periodic checkpoints follow
+            last_checkpoint_at=now + cost,
+            checkpoint_every_s=cfg.checkpoint_interval_s or None,
         )
+        self._hold(request, decision.placement, +1)
+        for node_id in set(decision.placement):
+            if (
+                self.free_g[node_id] < 0
+                or self.free_c[node_id] < -1e-9
+                or self.free_m[node_id] < -1e-9
+            ):
+                raise SimulationError(f"trial {job_id} over-allocates node {node_id}")
+        state.attempt = number
+        state.overhead_s = cost
+        state.started_at = now
+        self.facts[job_id] = trial
+        self.held += request.num_slots
+        self.timeline.change(trial.tenant, now, held=request.num_slots)
+        self.usage.change(trial.tenant, now, request.num_slots)
+        if state.record.first_start_s is None:
+            state.record.first_start_s = now
+        self.events.push(now + cost + state.remaining_s, EventKind.FINISH, job_id, number)
+        return trial
+
+    def _hold(self, request: ResourceRequest, placement: tuple[str, ...], sign: int) -> None:
+        """Take (``sign`` +1) or give back (-1) one worker's share of each placed node."""
+        g, c, m = request.gpus_per_worker, request.cpus_per_worker, request.memory_gb_per_worker
+        for node_id in placement:
+            self.free_g[node_id] -= sign * g
+            self.free_c[node_id] -= sign * c
+            self.free_m[node_id] -= sign * m
+
+    def _queued_facts(self, job_id: int, at: float) -> TrialFacts:
+        """The job as the policy sees it while it waits (arrived, or back after a preemption)."""
+        state = self.states[job_id]
+        job = state.job
+        made = TrialFacts(
+            trial_id=job_id,
+            tenant=job.tenant,
+            state=TrialState.QUEUED,
+            request=state.request,
+            priority=job.priority,
+            queued_at=at,
+            submitted_at=job.submit_s,
+            attained_service=state.attained_gpu_s,
+            progress_s=job.duration_s - state.remaining_s,
+            expected_duration_s=self._expected_duration(job),
+            num_preemptions=state.record.preemptions,
+        )
+        self.facts[job_id] = made
+        return made
+
+    def _expected_duration(self, job: TraceJob) -> float | None:
+        """What the policy is told of a job's run time: the truth, the server's estimate, or
+        nothing (see ``SimConfig``)."""
+        if self.cfg.known_durations:
+            return job.duration_s
+        if self.cfg.estimated_durations:
+            return self.estimates.estimate(job.tenant, _project(job))
+        return None
+
+    def _result(self, wall: float, cpu: float) -> SimResult:
+        self.idle.advance(self.last)
+        self.timeline.settle(self.last)
+        return SimResult(
+            policy=self.policy.name,
+            records=[self.records[j.job_id] for j in self.jobs],
+            rejected=self.rejected,
+            total_gpus=self.total_gpus,
+            busy_gpu_s=self.busy_gpu_s,
+            lost_gpu_s=self.lost_gpu_s,
+            passes=self.passes,
+            timeline=self.timeline,
+            wall_s=time.perf_counter() - wall,
+            idle_gpu_s=self.idle.idle_gpu_s,
+            arriving_gpu_s=self.arriving_gpu_s,
+            arriving_s=self.last_arrival - self.start,
+            span_s=self.last - self.start,
+            cpu_s=time.process_time() - cpu,
+        )
+
+
+def _project(job: TraceJob) -> str:
+    """The project a trace job stands for in duration estimates: traces have no users or
+    projects, so the tenant stands for the user and the tenant with the GPU count for the
+    project."""
+    return f"{job.tenant}:{job.num_gpus}"
+
+
+def _never_fitting(
+    jobs: Sequence[TraceJob], requests: Mapping[int, ResourceRequest], nodes: Sequence[Node]
+) -> list[int]:
+    """The ids of the jobs no node of the empty cluster could ever hold, in trace order: the
+    server refuses them at submit, so they never arrive. Jobs share a few request shapes:
+    one fit check per shape, not per job."""
+    never: dict[tuple[object, ...], bool] = {}
+    rejected = []
+    for j in jobs:
+        request = requests[j.job_id]
+        key = _request_key(request)
+        unfittable = never.get(key)
+        if unfittable is None:
+            unfittable = never[key] = can_ever_fit(request, nodes) is not None
+        if unfittable:
+            rejected.append(j.job_id)
+    return rejected
 
 
 def _request_key(request: ResourceRequest) -> tuple[object, ...]:
