@@ -158,6 +158,7 @@ class _Run:
         skip = set(self.rejected)
         self.arrivals = [j for j in self.jobs if j.job_id not in skip]
         self.at_arrival = 0  # index of the next arrival
+        self.next_arrival_s = self.arrivals[0].submit_s if self.arrivals else math.inf
         self.states = {
             j.job_id: _JobState(j, requests[j.job_id], self.records[j.job_id], j.duration_s)
             for j in self.arrivals
@@ -194,15 +195,13 @@ class _Run:
         ``wall`` and ``cpu`` are the clocks at ``Simulator.run``: the result's timings
         include the set-up.
         """
-        arrivals = self.arrivals
         events = self.events
-        while self.at_arrival < len(arrivals) or events:
-            t_arrival = (
-                arrivals[self.at_arrival].submit_s if self.at_arrival < len(arrivals) else math.inf
-            )
-            now = min(t_arrival, events.next_at())
+        while True:
+            now = min(self.next_arrival_s, events.next_at())
+            if now == math.inf:
+                break  # no arrival and no event left
             self._account_until(now)
-            changed = self._admit_arrivals(now)
+            changed = self._admit_arrivals(now) if self.next_arrival_s <= now else []
             gone: list[int] = []
             for event in events.pop_due(now):
                 self._end_attempt(event, now, changed, gone)
@@ -212,7 +211,7 @@ class _Run:
             if not self.builder.num_queued or not self._pass_due(now):
                 continue
             self._run_pass(now)
-            if not events and self.at_arrival >= len(arrivals) and self.builder.num_queued:
+            if not events and self.next_arrival_s == math.inf and self.builder.num_queued:
                 break  # nothing will ever change: the rest can never start
         return self._result(wall, cpu)
 
@@ -231,9 +230,12 @@ class _Run:
         """Queue the jobs submitted by ``now``; their facts, for the snapshot builder."""
         arrivals = self.arrivals
         queued: list[TrialFacts] = []
-        while self.at_arrival < len(arrivals) and arrivals[self.at_arrival].submit_s <= now:
+        while self.next_arrival_s <= now:
             job = arrivals[self.at_arrival]
             self.at_arrival += 1
+            self.next_arrival_s = (
+                arrivals[self.at_arrival].submit_s if self.at_arrival < len(arrivals) else math.inf
+            )
             queued.append(self._queued_facts(job.job_id, now))
             self.timeline.change(job.tenant, now, demand=job.num_gpus)
         return queued
@@ -307,8 +309,11 @@ class _Run:
         if self.passes > cfg.max_passes:
             raise SimulationError(f"more than {cfg.max_passes} scheduling passes")
         starts, preempts, wake_at = split_decisions(self.policy.decide(snapshot))
-        changed = [self._preempt(preempt.trial_id, now) for preempt in preempts]
-        changed.extend(self._start(decision, now) for decision in starts)
+        changed: list[TrialFacts] = []
+        for preempt in preempts:
+            changed.append(self._preempt(preempt.trial_id, now))
+        for decision in starts:
+            changed.append(self._start(decision, now))
         if changed:
             self.builder.update(changed)
             self.idle.changed(self.builder.queue)
@@ -381,10 +386,11 @@ class _Run:
     def _hold(self, request: ResourceRequest, placement: tuple[str, ...], sign: int) -> None:
         """Take (``sign`` +1) or give back (-1) one worker's share of each placed node."""
         g, c, m = request.gpus_per_worker, request.cpus_per_worker, request.memory_gb_per_worker
+        free_g, free_c, free_m = self.free_g, self.free_c, self.free_m
         for node_id in placement:
-            self.free_g[node_id] -= sign * g
-            self.free_c[node_id] -= sign * c
-            self.free_m[node_id] -= sign * m
+            free_g[node_id] -= sign * g
+            free_c[node_id] -= sign * c
+            free_m[node_id] -= sign * m
 
     def _queued_facts(self, job_id: int, at: float) -> TrialFacts:
         """The job as the policy sees it while it waits (arrived, or back after a preemption)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -60,13 +59,14 @@ class EventQueue:
             self._next_wake = at_s
             self.push(at_s, EventKind.WAKE, -1, 0)
 
-    def pop_due(self, now: float) -> Iterator[Event]:
+    def pop_due(self, now: float) -> list[Event]:
         """The job events up to ``now``, in order, removed from the queue."""
         heap = self._heap
+        due: list[Event] = []
         while heap and heap[0].at_s <= now:
             event = heapq.heappop(heap)
-            if event.kind is EventKind.WAKE:
-                if self._next_wake <= now:
-                    self._next_wake = math.inf
-                continue
-            yield event
+            if event.kind is not EventKind.WAKE:
+                due.append(event)
+            elif self._next_wake <= now:
+                self._next_wake = math.inf
+        return due
