@@ -1,10 +1,12 @@
 """The HTTP client of the trainhub REST API (``/api/v1``): one method per endpoint.
 
-Every method is one request, returns the decoded JSON body (plain dicts and lists, shaped as in
-the OpenAPI schema at ``/api/v1/docs``) and raises :class:`~trainhub.client.errors.ApiError` for
-an error response or :class:`~trainhub.client.errors.ServerUnreachable` when no server answers.
-The methods that follow a trial or its logs poll through :func:`~trainhub.client.polling.polls`
-and take its ``sleep`` (and ``clock``) so tests need not wait.
+Every method but the polling ones is one request, returns the decoded JSON body (plain dicts
+and lists, shaped as in the OpenAPI schema at ``/api/v1/docs``) and raises
+:class:`~trainhub.client.errors.ApiError` for an error response or
+:class:`~trainhub.client.errors.ServerUnreachable` when no server answers.
+The polling ones (``iter_logs`` with ``follow``, ``watch_trial``, ``wait_for_trial``) are paced
+by :func:`~trainhub.client.polling.polls` and take its ``sleep`` (and ``clock``), so tests need
+not wait.
 
 The module is longer than most because it reads as a table of the API, one short method per
 endpoint grouped by resource; splitting it would scatter that table.
