@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from trainhub.client import TrainhubClient, polls
+from trainhub.client import JSON, TrainhubClient, polls
 
 
 class FakeClock:
@@ -85,3 +85,39 @@ def test_wait_for_trial_gives_up_at_its_timeout() -> None:
     ):
         client.wait_for_trial(7, 2.0, timeout_s=3.0, sleep=clock.sleep, clock=clock)
     assert clock.sleeps == [2.0, 2.0]
+
+
+def test_following_logs_waits_only_when_there_is_nothing_new() -> None:
+    def logs(attempt: int, offset: int, next_offset: int, complete: bool, text: str = "") -> JSON:
+        return {
+            "attempt": attempt,
+            "offset": offset,
+            "next_offset": next_offset,
+            "text": text,
+            "complete": complete,
+        }
+
+    running = {"state": "RUNNING", "attempts": [{"number": 1}, {"number": 2}]}
+    script = [  # (path, query the client sends besides rank and limit, the server's answer)
+        ("/logs", {"offset": "0"}, logs(1, 0, 6, False, "hello\n")),
+        ("/logs", {"attempt": "1", "offset": "6"}, logs(1, 6, 6, False)),  # nothing new: wait
+        ("/logs", {"attempt": "1", "offset": "6"}, logs(1, 6, 6, True)),  # ended, restarted
+        ("", {}, running),
+        ("/logs", {"attempt": "2", "offset": "0"}, logs(2, 0, 4, False, "bye\n")),
+        ("/logs", {"attempt": "2", "offset": "4"}, logs(2, 4, 4, True)),
+        ("", {}, {**running, "state": "COMPLETED"}),
+    ]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        path, query, body = script.pop(0)
+        assert request.url.path == "/api/v1/trials/7" + path
+        sent = {k: v for k, v in request.url.params.items() if k not in ("rank", "limit")}
+        assert sent == query
+        return httpx.Response(200, json=body)
+
+    clock = FakeClock()
+    with TrainhubClient(transport=httpx.MockTransport(answer)) as client:
+        chunks = list(client.iter_logs(7, follow=True, poll_interval_s=1.5, sleep=clock.sleep))
+    assert [c["text"] for c in chunks] == ["hello\n", "bye\n"]
+    assert script == []
+    assert clock.sleeps == [1.5]  # once, when the attempt was still writing; not on the restart
