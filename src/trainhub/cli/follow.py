@@ -7,6 +7,7 @@ says that only the following stopped (the trial keeps running).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -152,27 +153,22 @@ def follow_trial(
         for line in chief.read(trial) if chief is not None else ():
             console.print(line, highlight=False, markup=False)
 
-    trial = client.get_trial(trial_id)
+    trials = client.watch_trial(trial_id, poll_interval_s, sleep=sleep)  # ends with its end
+    first = trial = next(trials)
     if use_live:
         with Live(live_view(trial), console=console, refresh_per_second=4, transient=True) as view:
             print_output(trial)
-            while trial["state"] not in TERMINAL_STATES:
-                sleep(poll_interval_s)
-                trial = client.get_trial(trial_id)
+            for trial in trials:
                 print_output(trial)  # printed above the live view, which stays at the bottom
                 view.update(live_view(trial), refresh=True)
     else:
         last: tuple[object, ...] | None = None
-        while True:
+        for trial in itertools.chain([first], trials):
             key = _change_key(trial)
             if key != last and trial["state"] not in TERMINAL_STATES:
                 console.print(_change_line(trial))
                 last = key
             print_output(trial)
-            if trial["state"] in TERMINAL_STATES:
-                break
-            sleep(poll_interval_s)
-            trial = client.get_trial(trial_id)
     console.print(final_view(trial))
     return trial
 

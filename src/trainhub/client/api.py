@@ -1,195 +1,37 @@
-"""A Python client of the trainhub REST API (``/api/v1``), for the CLI and for notebooks.
+"""The HTTP client of the trainhub REST API (``/api/v1``): one method per endpoint.
 
-The client is a thin layer over httpx: every method is one request, returns the decoded JSON
-body (plain dicts and lists, shaped as in the OpenAPI schema at ``/api/v1/docs``) and raises
-:class:`ApiError` for an error response or :class:`ServerUnreachable` when no server answers.
-It imports nothing of the server side, so it is cheap to import anywhere.
+Every method but the polling ones is one request, returns the decoded JSON body (plain dicts
+and lists, shaped as in the OpenAPI schema at ``/api/v1/docs``) and raises
+:class:`~trainhub.client.errors.ApiError` for an error response or
+:class:`~trainhub.client.errors.ServerUnreachable` when no server answers.
+The polling ones (``iter_logs`` with ``follow``, ``watch_trial``, ``wait_for_trial``) are paced
+by :func:`~trainhub.client.polling.polls` and take its ``sleep`` (and ``clock``), so tests need
+not wait.
 
-Example::
-
-    from trainhub.client import TrainhubClient
-
-    with TrainhubClient.from_env() as th:          # TRAINHUB_URL/TRAINHUB_TOKEN or `trainhub login`
-        exp = th.submit_experiment(open("experiment.yaml").read(), context=archive_bytes)
-        trial = th.wait_for_trial(exp["trial_ids"][0])
-        print(trial["state"], trial["latest_metrics"])
-
-Where the connection comes from (first match wins): the arguments, the environment
-(``TRAINHUB_URL``, ``TRAINHUB_TOKEN``), the file ``trainhub login`` saved
-(``$XDG_CONFIG_HOME/trainhub/credentials.json``, by default under ``~/.config``), and
-``http://127.0.0.1:8080``. A saved token is only sent to the URL it was saved for.
+The module is longer than most because it reads as a table of the API, one short method per
+endpoint grouped by resource; splitting it would scatter that table.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+from trainhub.client.credentials import DEFAULT_URL, normalize_url, resolve_connection
+from trainhub.client.errors import ApiError, ServerUnreachable, unreachable_reason
+from trainhub.client.polling import polls
+
 API_PREFIX = "/api/v1"
 
 JSON = dict[str, Any]
 
-
-class ClientError(Exception):
-    """Base of the errors this client raises."""
-
-
-class ServerUnreachable(ClientError):
-    """No trainhub server answered at the URL (refused, DNS failure, timeout).
-
-    Attributes:
-        url: the server URL the client tried.
-        reason: what went wrong, in words.
-        timed_out: the connection or the answer took longer than the client's timeout.
-    """
-
-    def __init__(self, url: str, reason: str, timed_out: bool = False) -> None:
-        super().__init__(f"cannot reach trainhub at {url}: {reason}")
-        self.url = url
-        self.reason = reason
-        self.timed_out = timed_out
-
-
-class ApiError(ClientError):
-    """The server answered with an error (HTTP 4xx/5xx and a JSON body).
-
-    Attributes:
-        status_code: the HTTP status.
-        code: the machine-readable error code (``invalid_spec``, ``not_found``, ...).
-        message: what was wrong.
-        hint: how to fix it ('' when the server gave none).
-        errors: per-field problems, each ``{"path", "message", "hint"}`` (e.g. for a bad spec).
-    """
-
-    def __init__(
-        self,
-        status_code: int,
-        code: str,
-        message: str,
-        hint: str = "",
-        errors: list[JSON] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.code = code
-        self.message = message
-        self.hint = hint
-        self.errors = list(errors or [])
-
-    @classmethod
-    def from_response(cls, response: httpx.Response) -> ApiError:
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict) or "message" not in body:
-            text = response.text.strip().replace("\n", " ")[:300]
-            return cls(response.status_code, "http_error", f"HTTP {response.status_code}: {text}")
-        errors = body.get("errors")
-        return cls(
-            response.status_code,
-            str(body.get("code", "error")),
-            str(body["message"]),
-            str(body.get("hint") or ""),
-            [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else [],
-        )
-
-
-# -- where the connection comes from --
-
-
-@dataclass(frozen=True)
-class Connection:
-    """A server URL, a token for it, and where each came from (for ``trainhub whoami``)."""
-
-    url: str
-    token: str | None
-    url_source: str
-    token_source: str | None
-
-
-def credentials_path() -> Path:
-    """The file ``trainhub login`` writes: ``$XDG_CONFIG_HOME/trainhub/credentials.json``."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "trainhub" / "credentials.json"
-
-
-def normalize_url(url: str) -> str:
-    """``localhost:8080`` -> ``http://localhost:8080``; no trailing slash."""
-    url = url.strip().rstrip("/")
-    if "://" not in url:
-        url = "http://" + url
-    return url
-
-
-def save_credentials(url: str, token: str, path: Path | None = None) -> Path:
-    """Save a URL and token to a file only the current user can read (mode 0600).
-
-    Args:
-        url: the server URL.
-        token: the API token.
-        path: where to write; default :func:`credentials_path`.
-
-    Returns:
-        The path written.
-    """
-    path = path or credentials_path()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump({"url": normalize_url(url), "token": token}, handle)
-        handle.write("\n")
-    os.chmod(tmp, 0o600)  # O_CREAT's mode does not apply to a file that already existed
-    os.replace(tmp, path)
-    return path
-
-
-def load_credentials(path: Path | None = None) -> tuple[str, str] | None:
-    """The ``(url, token)`` saved by ``trainhub login``, or None."""
-    path = path or credentials_path()
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if isinstance(data, dict) and isinstance(data.get("url"), str):
-        token = data.get("token")
-        if isinstance(token, str) and token:
-            return normalize_url(data["url"]), token
-    return None
-
-
-def resolve_connection(url: str | None = None, token: str | None = None) -> Connection:
-    """Choose the URL and token: arguments, then environment, then the saved login."""
-    saved = load_credentials()
-    if url:
-        chosen_url, url_source = normalize_url(url), "argument"
-    elif os.environ.get("TRAINHUB_URL"):
-        chosen_url, url_source = normalize_url(os.environ["TRAINHUB_URL"]), "TRAINHUB_URL"
-    elif saved:
-        chosen_url, url_source = saved[0], str(credentials_path())
-    else:
-        chosen_url, url_source = DEFAULT_URL, "default"
-    if token:
-        return Connection(chosen_url, token, url_source, "argument")
-    if os.environ.get("TRAINHUB_TOKEN"):
-        return Connection(chosen_url, os.environ["TRAINHUB_TOKEN"], url_source, "TRAINHUB_TOKEN")
-    # a saved token goes only to the server it was issued for
-    if saved and saved[0] == chosen_url:
-        return Connection(chosen_url, saved[1], url_source, str(credentials_path()))
-    return Connection(chosen_url, None, url_source, None)
-
-
-# -- the client --
+TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELED", "PRUNED"})
+"""The trial states after which nothing changes any more: polling a trial stops there."""
 
 
 class TrainhubClient:
@@ -255,12 +97,12 @@ class TrainhubClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.ConnectError as exc:
-            raise ServerUnreachable(self.url, _reason(exc)) from None
+            raise ServerUnreachable(self.url, unreachable_reason(exc)) from None
         except httpx.TimeoutException:
             reason = f"no answer within {self.timeout_s:g} s"
             raise ServerUnreachable(self.url, reason, timed_out=True) from None
         except httpx.TransportError as exc:
-            raise ServerUnreachable(self.url, _reason(exc)) from None
+            raise ServerUnreachable(self.url, unreachable_reason(exc)) from None
         if response.status_code >= 400:
             raise ApiError.from_response(response)
         return response
@@ -402,9 +244,9 @@ class TrainhubClient:
                         size += len(chunk)
             partial.replace(destination)
         except httpx.ConnectError as exc:
-            raise ServerUnreachable(self.url, _reason(exc)) from None
+            raise ServerUnreachable(self.url, unreachable_reason(exc)) from None
         except httpx.TransportError as exc:
-            raise ServerUnreachable(self.url, _reason(exc)) from None
+            raise ServerUnreachable(self.url, unreachable_reason(exc)) from None
         finally:
             partial.unlink(missing_ok=True)
         return size
@@ -438,13 +280,15 @@ class TrainhubClient:
         *,
         follow: bool = False,
         poll_interval_s: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> Iterator[JSON]:
         """Yield the non-empty log chunks of one rank, in order.
 
         Without ``follow`` it stops at the current end of the log. With ``follow`` it keeps
         polling until the attempt has ended and everything is read; when no ``attempt`` is
         given it also waits for the trial's first attempt and moves on to the next attempt
-        when the trial restarts, until the trial itself has ended.
+        when the trial restarts, until the trial itself has ended. It waits
+        ``poll_interval_s`` (with ``sleep``) only when there was nothing new to read.
 
         Example::
 
@@ -453,17 +297,19 @@ class TrainhubClient:
         """
         current = attempt
         offset = 0
-        while True:
-            chunk = self.read_logs(trial_id, rank, current, offset)
-            if current is None and chunk["attempt"]:
-                current = chunk["attempt"]  # pin it: a restart must not shift our offset
-            if chunk["next_offset"] > offset:
-                offset = chunk["next_offset"]
-                yield chunk
-                continue
-            if not follow:
-                return
-            if chunk["complete"]:
+        for _ in polls(poll_interval_s, sleep=sleep):
+            while True:  # read on without waiting while there is output or a newer attempt
+                chunk = self.read_logs(trial_id, rank, current, offset)
+                if current is None and chunk["attempt"]:
+                    current = chunk["attempt"]  # pin it: a restart must not shift our offset
+                if chunk["next_offset"] > offset:
+                    offset = chunk["next_offset"]
+                    yield chunk
+                    continue
+                if not follow:
+                    return
+                if not chunk["complete"]:
+                    break  # the attempt is still writing
                 if attempt is not None:
                     return
                 trial = self.get_trial(trial_id)
@@ -473,32 +319,48 @@ class TrainhubClient:
                     continue
                 if trial["state"] in TERMINAL_STATES:
                     return
-            time.sleep(poll_interval_s)
+                break  # ended, but the trial may restart it: ask again later
 
-    def watch_trial(self, trial_id: int, poll_interval_s: float = 1.0) -> Iterator[JSON]:
-        """Yield the trial's details every ``poll_interval_s`` until (and including) its end."""
-        while True:
+    def watch_trial(
+        self,
+        trial_id: int,
+        poll_interval_s: float = 1.0,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> Iterator[JSON]:
+        """Yield the trial's details every ``poll_interval_s`` until (and including) its end.
+
+        Example::
+
+            for trial in client.watch_trial(7):
+                print(trial["state"], trial["latest_metrics"])
+        """
+        for _ in polls(poll_interval_s, sleep=sleep):
             trial = self.get_trial(trial_id)
             yield trial
             if trial["state"] in TERMINAL_STATES:
                 return
-            time.sleep(poll_interval_s)
 
     def wait_for_trial(
-        self, trial_id: int, poll_interval_s: float = 2.0, timeout_s: float | None = None
+        self,
+        trial_id: int,
+        poll_interval_s: float = 2.0,
+        timeout_s: float | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> JSON:
         """Block until the trial has ended; return its final details.
 
         Raises:
             TimeoutError: ``timeout_s`` passed first (the trial keeps running).
         """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        for trial in self.watch_trial(trial_id, poll_interval_s):
+        trial: JSON = {}
+        for _ in polls(poll_interval_s, timeout_s=timeout_s, sleep=sleep, clock=clock):
+            trial = self.get_trial(trial_id)
             if trial["state"] in TERMINAL_STATES:
                 return trial
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"trial {trial_id} is still {trial['state']}")
-        raise AssertionError("watch_trial ends with a terminal trial")
+        raise TimeoutError(f"trial {trial_id} is still {trial['state']}")
 
     # -- searches and steering --
 
@@ -835,9 +697,6 @@ class TrainhubClient:
         return result
 
 
-TERMINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELED", "PRUNED"})
-
-
 def _period(since: float | None, until: float | None) -> dict[str, float]:
     params: dict[str, float] = {}
     if since is not None:
@@ -849,10 +708,3 @@ def _period(since: float | None, until: float | None) -> dict[str, float]:
 
 def _owner(tenant: str | None) -> dict[str, str]:
     return {"tenant": tenant} if tenant else {}
-
-
-def _reason(exc: Exception) -> str:
-    text = str(exc) or type(exc).__name__
-    if "Connection refused" in text or "Errno 111" in text:
-        return "connection refused"
-    return text

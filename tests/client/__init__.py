@@ -1,0 +1,1 @@
+"""Tests of trainhub.client that need no server."""
