@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import itertools
 import math
 from collections.abc import Callable
@@ -189,19 +190,27 @@ def test_a_deep_model_ships_a_bounded_spread_of_layers_but_checks_all() -> None:
         LayerWatch(model, every=0, report=report)
 
 
+def _watch_a_ddp_model() -> list[tuple[int, dict[str, float]]]:
+    model = DistributedDataParallel(mlp(4, 8, 3))
+    points, report = recorder()
+    watch = LayerWatch(model, every=1, report=report)
+    train(model, 2, torch.randn(5, 4), torch.randint(0, 3, (5,)))
+    watch.flush()
+    return points
+
+
 def test_a_ddp_model_from_prepare_model_is_looked_through(tmp_path: Path) -> None:
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
-        model = DistributedDataParallel(mlp(4, 8, 3))
-        points, report = recorder()
-        watch = LayerWatch(model, every=1, report=report)
-        train(model, 2, torch.randn(5, 4), torch.randint(0, 3, (5,)))
-        watch.flush()
-        assert [s for s, _ in points] == [0, 1]
-        assert points[1][1]["layers/0/grad_norm"] > 0
+        points = _watch_a_ddp_model()
     finally:
+        # DDP's reducer holds the process group: free it (and the watch's hook cycles) while
+        # the group lives; freed after destroy_process_group, gloo's destructor can hang
+        gc.collect()
         dist.destroy_process_group()
+    assert [s for s, _ in points] == [0, 1]
+    assert points[1][1]["layers/0/grad_norm"] > 0
 
 
 def test_ctx_watch_reports_through_the_context(tmp_path: Path) -> None:
