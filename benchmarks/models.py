@@ -47,7 +47,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +126,17 @@ def parts(model: str) -> tuple[tuple[str, ...], str]:
     return ("blocks",), "head"
 
 
+def shift(batch: torch.Tensor, generator: torch.Generator, pad: int = 2) -> torch.Tensor:
+    """Each image moved by up to ``pad`` pixels each way (the background fills the border)."""
+    size = batch.shape[-1]
+    padded = nn.functional.pad(batch, (pad, pad, pad, pad), value=float(batch.min()))
+    dx = torch.randint(0, 2 * pad + 1, (len(batch),), generator=generator)
+    dy = torch.randint(0, 2 * pad + 1, (len(batch),), generator=generator)
+    return torch.stack(
+        [padded[i, :, dy[i] : dy[i] + size, dx[i] : dx[i] + size] for i in range(len(batch))]
+    )
+
+
 def train(
     model: nn.Module,
     x: np.ndarray,
@@ -137,11 +148,16 @@ def train(
     after_epoch: Callable[[int, nn.Module], None] | None = None,
     groups: list[dict[str, Any]] | None = None,
     first_epoch: int = 1,
+    augment: bool = False,
+    eval_modules: Sequence[nn.Module] = (),
 ) -> nn.Module:
     """Adam over the trainable parameters (or the parameter ``groups``, each with its lr);
     batches of 64 in an order drawn from ``seed`` (and ``first_epoch``, so a second phase
-    continues the first's sequence of orders)."""
+    continues the first's sequence of orders). ``augment`` shifts each batch (``shift``, from
+    a stream of its own, so the batch orders stay the same); ``eval_modules`` stay in eval mode
+    (the variants benchmarks/models_transfer_selection.py tried)."""
     generator = torch.Generator().manual_seed(seed)
+    shifts = torch.Generator().manual_seed(10_000 + seed + first_epoch)
     for _ in range(1, first_epoch):
         torch.randperm(len(x), generator=generator)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -149,11 +165,14 @@ def train(
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
     for epoch in range(first_epoch, first_epoch + epochs):
         model.train()
+        for module in eval_modules:
+            module.eval()
         order = torch.randperm(len(xt), generator=generator)
         for i in range(0, len(order), 64):
             index = order[i : i + 64]
+            batch = shift(xt[index], shifts) if augment else xt[index]
             optimizer.zero_grad()
-            nn.functional.cross_entropy(model(xt[index]), yt[index]).backward()
+            nn.functional.cross_entropy(model(batch), yt[index]).backward()
             optimizer.step()
         if after_epoch is not None:
             after_epoch(epoch, model.eval())

@@ -24,7 +24,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,56 +35,6 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import models as bench
 from trainhub.runtime.init_model import ModelPlan, initialize
-
-
-def shift(batch: torch.Tensor, generator: torch.Generator, pad: int = 2) -> torch.Tensor:
-    """Each image moved by up to ``pad`` pixels each way (the background fills the border)."""
-    size = batch.shape[-1]
-    padded = nn.functional.pad(batch, (pad, pad, pad, pad), value=float(batch.min()))
-    dx = torch.randint(0, 2 * pad + 1, (len(batch),), generator=generator)
-    dy = torch.randint(0, 2 * pad + 1, (len(batch),), generator=generator)
-    return torch.stack(
-        [padded[i, :, dy[i] : dy[i] + size, dx[i] : dx[i] + size] for i in range(len(batch))]
-    )
-
-
-def train(
-    model: nn.Module,
-    x: np.ndarray,
-    y: np.ndarray,
-    *,
-    epochs: int,
-    lr: float,
-    seed: int,
-    groups: list[dict[str, Any]] | None = None,
-    first_epoch: int = 1,
-    after_epoch: Callable[[int, nn.Module], None] | None = None,
-    augment: bool = False,
-    eval_modules: Sequence[nn.Module] = (),
-) -> nn.Module:
-    """benchmarks/models.py's ``train`` (same batch orders), plus augmentation and modules
-    kept in eval mode."""
-    generator = torch.Generator().manual_seed(seed)
-    shifts = torch.Generator().manual_seed(10_000 + seed + first_epoch)
-    for _ in range(1, first_epoch):
-        torch.randperm(len(x), generator=generator)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(groups if groups is not None else trainable, lr=lr)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-    for epoch in range(first_epoch, first_epoch + epochs):
-        model.train()
-        for module in eval_modules:
-            module.eval()
-        order = torch.randperm(len(xt), generator=generator)
-        for i in range(0, len(order), 64):
-            index = order[i : i + 64]
-            batch = shift(xt[index], shifts) if augment else xt[index]
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(batch), yt[index]).backward()
-            optimizer.step()
-        if after_epoch is not None:
-            after_epoch(epoch, model.eval())
-    return model.eval()
 
 
 def run_variant(
@@ -100,7 +50,7 @@ def run_variant(
     torch.manual_seed(100 + seed)
     if variant["arm"] == "scratch":
         model = bench.build("mnist-t10k", 5, arch)
-        train(
+        bench.train(
             model,
             xs,
             ys,
@@ -123,7 +73,7 @@ def run_variant(
         if n.split(".")[0] in body and isinstance(m, nn.modules.batchnorm._BatchNorm)
     ]
     bn, probe = variant.get("bn", "train"), int(variant["probe"])
-    train(
+    bench.train(
         model,
         xs,
         ys,
@@ -141,7 +91,7 @@ def run_variant(
         {"params": [p for n, p in named if n.split(".")[0] in body], "lr": variant["body_lr"]},
         {"params": [p for n, p in named if n.split(".")[0] not in body], "lr": variant["lr"]},
     ]
-    train(
+    bench.train(
         model,
         xs,
         ys,
