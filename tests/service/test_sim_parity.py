@@ -62,6 +62,17 @@ JOBS = [
     TraceJob(9, 5000.0, 300.0, 3, "b", cpus_per_worker=1.0),
 ]
 
+# reclaim patience: b held its guarantee for 30 hours, then a borrows b's GPUs; b comes back
+# for 2 GPUs standing well above 97% of its entitlement, so it waits for a's first job to
+# end instead of preempting a's borrowed one (without patience it preempts)
+PATIENCE_JOBS = [
+    TraceJob(1, 0.0, 108_000.0, 4, "b", cpus_per_worker=1.0),
+    TraceJob(2, 0.0, 111_000.0, 4, "a", cpus_per_worker=1.0),
+    TraceJob(3, 108_100.0, 5_000.0, 4, "a", cpus_per_worker=1.0),
+    TraceJob(4, 108_500.0, 600.0, 2, "b", cpus_per_worker=1.0),
+]
+SEQUENCES = {"reclaim": JOBS, "patience": PATIENCE_JOBS}
+
 Log = list[tuple[float, str, int, tuple[str, ...]]]
 
 
@@ -72,6 +83,7 @@ class Recorder(BasePolicy):
         self.inner = inner
         self.name = inner.name
         self.queue_order = inner.queue_order
+        self.standing_half_life_s = inner.standing_half_life_s
         self.config: Any = getattr(inner, "config", None)
         self.log: Log = []
         self.wake_at: float | None = None
@@ -84,14 +96,19 @@ class Recorder(BasePolicy):
         return decisions
 
 
-def make_policy(name: str) -> Recorder:
-    fair = FairShareConfig(half_life_s=HALF_LIFE_S, min_run_time_s=300, preemption_cooldown_s=600)
+def make_policy(name: str, patience: bool = True) -> Recorder:
+    fair = FairShareConfig(
+        half_life_s=HALF_LIFE_S,
+        min_run_time_s=300,
+        preemption_cooldown_s=600,
+        patience_share=0.97 if patience else None,
+    )
     las = LasConfig(thresholds_slot_s=(2000.0, 20000.0), min_run_time_s=300)
     return Recorder(create_policy(name, fair=fair, las=las))
 
 
-def simulate(name: str) -> Log:
-    recorder = make_policy(name)
+def simulate(name: str, jobs: Sequence[TraceJob] = JOBS, patience: bool = True) -> Log:
+    recorder = make_policy(name, patience)
     config = SimConfig(
         checkpoint_interval_s=0.0,
         checkpoint_time_s=CHECKPOINT_TIME_S,
@@ -99,7 +116,7 @@ def simulate(name: str) -> Log:
         restart_overhead_s=0.0,
         half_life_s=HALF_LIFE_S,
     )
-    Simulator(JOBS, CLUSTER, recorder, TENANTS, config).run()
+    Simulator(jobs, CLUSTER, recorder, TENANTS, config).run()
     return recorder.log
 
 
@@ -110,7 +127,7 @@ def spec_of(job: TraceJob) -> str:
     )
 
 
-def drive_control_loop(name: str, root: Path) -> Log:
+def drive_control_loop(name: str, root: Path, jobs: Sequence[TraceJob] = JOBS) -> Log:
     recorder = make_policy(name)
     config = LoopConfig(
         "http://127.0.0.1:1",
@@ -124,8 +141,8 @@ def drive_control_loop(name: str, root: Path) -> Log:
         for tenant, share in TENANTS.items():
             if tenant != "default":
                 h.admin.create_tenant(h.principal, tenant, share.guaranteed_slots)
-        arrivals = sorted(JOBS, key=lambda j: (j.submit_s, j.job_id))
-        remaining = {j.job_id: j.duration_s for j in JOBS}
+        arrivals = sorted(jobs, key=lambda j: (j.submit_s, j.job_id))
+        remaining = {j.job_id: j.duration_s for j in jobs}
         started: dict[int, float] = {}
         # (time, kind, trial, attempt): 0 = finish, 1 = leave after a preemption; like the
         # simulator's, the finish of an attempt that was preempted stays, an instant of its own
@@ -182,13 +199,24 @@ def drive_control_loop(name: str, root: Path) -> Log:
         h.close()
 
 
+@pytest.mark.parametrize("sequence", sorted(SEQUENCES))
 @pytest.mark.parametrize("policy", ["fifo", "sjf", "las", "fair"])
-def test_same_events_give_the_same_decisions(policy: str, tmp_path: Path) -> None:
-    expected = simulate(policy)
+def test_same_events_give_the_same_decisions(policy: str, sequence: str, tmp_path: Path) -> None:
+    jobs = SEQUENCES[sequence]
+    expected = simulate(policy, jobs)
     assert any(what == "start" for _, what, _, _ in expected)
-    assert drive_control_loop(policy, tmp_path) == expected
+    assert drive_control_loop(policy, tmp_path, jobs) == expected
 
 
 def test_the_sequence_exercises_preemption() -> None:
     """The fair policy preempts here: parity covers preemptions, not only starts."""
     assert any(what == "preempt" for _, what, _, _ in simulate("fair"))
+
+
+def test_the_patience_sequence_waits_where_reclaiming_would_preempt() -> None:
+    """b's standing (kept alike by both, see above) decides it: it waits for job 2's end."""
+    patient = simulate("fair", PATIENCE_JOBS)
+    assert not any(what == "preempt" for _, what, _, _ in patient)
+    assert (111_000.0, "start", 4) in [(at, what, t) for at, what, t, _ in patient]
+    eager = simulate("fair", PATIENCE_JOBS, patience=False)
+    assert [t for _, what, t, _ in eager if what == "preempt"] == [3]

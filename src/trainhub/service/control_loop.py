@@ -420,10 +420,12 @@ class ControlLoop:
                 self._preempt(decision)
         position = 0
         notes: list[tuple[int, TrialUpdate]] = []
+        started: list[Trial] = []
         for decision in decisions:
             if isinstance(decision, Start):
                 self._start(by_id[decision.trial_id], decision.placement)
                 report.started.append(decision.trial_id)
+                started.append(by_id[decision.trial_id])
             elif isinstance(decision, Pending):
                 report.pending += 1
                 position += 1
@@ -435,6 +437,8 @@ class ControlLoop:
                             TrialUpdate(pending_reason=decision.reason, queue_position=position),
                         )
                     )
+        # the trials started hold their slots from now on, not from the next tick
+        self.view.started(started, self._specs, now)
         if notes:
             # one statement each and one commit: a long queue's reasons are cheap to keep
             with self.uow() as repo:

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from trainhub.core.fairshare import DecayedUsage
+from trainhub.core.entitlement import EntitlementLedger, Standing
+from trainhub.core.fairshare import DecayedUsage, scaled_guarantees
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.scheduling import BasePolicy, Snapshot
 from trainhub.core.scheduling.snapshot import TenantShare
@@ -99,6 +100,10 @@ class SchedulingView:
     ) -> None:
         self.builder = SnapshotBuilder.for_policy(policy)
         self.usage = DecayedUsage(half_life_s)
+        # received and entitled slot-seconds per tenant, for a policy that reads them; it
+        # starts empty at each start of the server (no standing: the policy reclaims at once)
+        half_life = policy.standing_half_life_s
+        self.standing = EntitlementLedger(half_life) if half_life is not None else None
         self.half_life_s = half_life_s
         self.estimates_refresh_s = estimates_refresh_s
         self.estimate_min_samples = estimate_min_samples
@@ -156,6 +161,12 @@ class SchedulingView:
         trials (healthy, not cordoned) and its hottest GPU's temperature.
         """
         tenant_usage = dict(self.usage) if self.usage.initialized else {}
+        tenants = {
+            t.name: TenantShare(t.guaranteed_slots, t.limit_slots, t.weight)
+            for t in repo.list_tenants()
+        }
+        node_list = cluster_nodes()
+        standing = self._standing(queued, active, specs, tenants, node_list, now)
         if not queued:
             return None
         ids = [t.id for t in active]
@@ -205,9 +216,48 @@ class SchedulingView:
             )
         if len(self._requests) > 4 * len(specs):
             self._requests = {i: r for i, r in self._requests.items() if i in specs}
-        tenants = {
-            t.name: TenantShare(t.guaranteed_slots, t.limit_slots, t.weight)
-            for t in repo.list_tenants()
-        }
-        nodes = [with_overlay(NodeFacts.of(n), node_overlay) for n in cluster_nodes()]
-        return self.builder.build(now, facts, nodes, tenants, tenant_usage)
+        nodes = [with_overlay(NodeFacts.of(n), node_overlay) for n in node_list]
+        return self.builder.build(now, facts, nodes, tenants, tenant_usage, standing)
+
+    def started(
+        self, trials: Sequence[Trial], specs: Mapping[int, ExperimentSpec], now: float
+    ) -> None:
+        """These trials hold their slots from ``now`` (the decision's starts), as the
+        simulator counts them; the next tick's observation confirms what really runs."""
+        if self.standing is None:
+            return
+        for trial in trials:
+            slots = self._request(trial.experiment_id, specs[trial.experiment_id]).num_slots
+            self.standing.change(trial.tenant, now, held=slots)
+
+    def _standing(
+        self,
+        queued: Sequence[Trial],
+        active: Sequence[Trial],
+        specs: Mapping[int, ExperimentSpec],
+        tenants: Mapping[str, TenantShare],
+        nodes: Sequence[Node],
+        now: float,
+    ) -> dict[str, Standing] | None:
+        """Each tenant's standing now, after accounting what it holds and demands from now on
+        (every tick, queue empty or not, so that no interval goes uncounted)."""
+        ledger = self.standing
+        if ledger is None:
+            return None
+        # the slots the policy scales guarantees to (NodePool.total_slots)
+        alive = [n for n in nodes if n.alive]
+        total = sum(n.total_gpus for n in alive) or sum(int(n.total_cpus) for n in alive)
+        guarantees = {t: s.guaranteed_slots for t, s in tenants.items()}
+        ledger.set_guarantees(scaled_guarantees(guarantees, total), now)
+        held: dict[str, float] = {}
+        demand: dict[str, float] = {}
+        for trial in active:
+            slots = self._request(trial.experiment_id, specs[trial.experiment_id]).num_slots
+            held[trial.tenant] = held.get(trial.tenant, 0.0) + slots
+        for trial in queued:
+            slots = self._request(trial.experiment_id, specs[trial.experiment_id]).num_slots
+            demand[trial.tenant] = demand.get(trial.tenant, 0.0) + slots
+        for tenant, holding in held.items():
+            demand[tenant] = demand.get(tenant, 0.0) + holding
+        ledger.observe(held, demand, now)
+        return ledger.standing(now)

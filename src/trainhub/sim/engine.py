@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from trainhub.core.entitlement import EntitlementLedger
 from trainhub.core.fairshare import DecayedUsage, scaled_guarantees
 from trainhub.core.gcpause import collection_paused
 from trainhub.core.resources import Node, ResourceRequest, can_ever_fit
@@ -176,6 +177,12 @@ class _Run:
             self.total_gpus,
         )
         self.timeline = TenantTimeline(tenant_names, guarantees, self.start)
+        # what the policy reads of each tenant's standing, kept only for a policy that reads it
+        half_life = self.policy.standing_half_life_s
+        self.standing: EntitlementLedger | None = None
+        if half_life is not None:
+            self.standing = EntitlementLedger(half_life)
+            self.standing.set_guarantees(guarantees, self.start)
         self.usage = DecayedUsage(self.cfg.half_life_s, self.start, tenant_names)
         self.idle = IdleWhileFits(self.free_g, self.free_c, self.free_m, self.start)
         self.last = self.start  # the instant accounted up to
@@ -237,8 +244,14 @@ class _Run:
                 arrivals[self.at_arrival].submit_s if self.at_arrival < len(arrivals) else math.inf
             )
             queued.append(self._queued_facts(job.job_id, now))
-            self.timeline.change(job.tenant, now, demand=job.num_gpus)
+            self._account(job.tenant, now, demand=job.num_gpus)
         return queued
+
+    def _account(self, tenant: str, now: float, held: int = 0, demand: int = 0) -> None:
+        """``tenant`` holds ``held`` and demands ``demand`` GPUs more from ``now`` on."""
+        self.timeline.change(tenant, now, held=held, demand=demand)
+        if self.standing is not None:
+            self.standing.change(tenant, now, held=held, demand=demand)
 
     def _end_attempt(
         self, event: Event, now: float, changed: list[TrialFacts], gone: list[int]
@@ -255,7 +268,7 @@ class _Run:
         slots = trial.request.num_slots
         self._hold(state.request, trial.placement, -1)
         self.held -= slots
-        self.timeline.change(trial.tenant, now, held=-slots)
+        self._account(trial.tenant, now, held=-slots)
         self.usage.change(trial.tenant, now, -slots)
         ran = now - state.started_at
         state.attained_gpu_s += slots * ran
@@ -271,7 +284,7 @@ class _Run:
         job = state.job
         state.record.finish_s = now
         self.estimates.add(job.tenant, _project(job), job.duration_s)
-        self.timeline.change(job.tenant, now, demand=-slots)
+        self._account(job.tenant, now, demand=-slots)
         del self.facts[job.job_id]
 
     def _lose_unsaved_work(self, state: _JobState, ran: float, slots: int) -> None:
@@ -304,7 +317,8 @@ class _Run:
         cfg = self.cfg
         self.last_pass = now
         self.usage.now = now
-        snapshot = self.builder.snapshot(now, self.tenants, self.usage)
+        standing = self.standing.standing(now) if self.standing is not None else None
+        snapshot = self.builder.snapshot(now, self.tenants, self.usage, standing)
         self.passes += 1
         if self.passes > cfg.max_passes:
             raise SimulationError(f"more than {cfg.max_passes} scheduling passes")
@@ -376,7 +390,7 @@ class _Run:
         state.started_at = now
         self.facts[job_id] = trial
         self.held += request.num_slots
-        self.timeline.change(trial.tenant, now, held=request.num_slots)
+        self._account(trial.tenant, now, held=request.num_slots)
         self.usage.change(trial.tenant, now, request.num_slots)
         if state.record.first_start_s is None:
             state.record.first_start_s = now

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from trainhub.core.entitlement import Standing
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.scheduling import (
     Decision,
@@ -109,6 +110,7 @@ def snapshot(
     now: float = 0.0,
     tenants: dict[str, TenantShare] | None = None,
     usage: dict[str, float] | None = None,
+    standing: dict[str, Standing] | None = None,
 ) -> Snapshot:
     return Snapshot(
         now=now,
@@ -117,6 +119,7 @@ def snapshot(
         running=tuple(run),
         tenants=tenants or {},
         tenant_usage=usage or {},
+        tenant_standing=standing or {},
     )
 
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from trainhub.core.entitlement import Standing
 from trainhub.core.scheduling import (
     FairShareConfig,
     FairSharePolicy,
@@ -490,3 +491,85 @@ def test_victims_preempted_fewest_times_go_first() -> None:
         tenants=GUARANTEES,
     )
     assert preempted(out) == {run[5].trial_id}
+
+
+# -- reclaim patience ------------------------------------------------------------------------
+# a (guarantee 4) holds nothing and waits for 2 GPUs while b borrows the whole node. Its
+# shortfall is 4 GPUs; with the default horizon (1,800 s) it waits only while it received at
+# least 0.97 of what it was entitled to plus 4 x 1,800 slot-seconds.
+
+
+def reclaim_with(standing: dict[str, Standing] | None) -> list:
+    _, out = decide(
+        nodes=[node("n", 8, free=0)],
+        run=borrowed_cluster(),
+        queue=[queued(1, "a", gpus=2, at=1000.0), queued(2, "b", gpus=1, at=900.0)],
+        now=1000.0,
+        tenants=GUARANTEES,
+        standing=standing,
+    )
+    return out
+
+
+def test_a_tenant_well_above_its_share_waits_for_free_gpus_instead_of_preempting() -> None:
+    out = reclaim_with({"a": Standing(received_slot_s=1e6, entitled_slot_s=1e6)})
+    assert preempted(out) == set()
+    reason = by_id(out)[1].reason  # type: ignore[union-attr]
+    assert "next in line" in reason
+    assert "received 100% of its guarantee" in reason
+    assert "preempts when it nears 97%" in reason
+    assert isinstance(by_id(out)[2], Pending)
+
+
+def test_a_tenant_near_its_share_or_without_a_standing_reclaims_at_once() -> None:
+    # 0.972e6 received leaves a surplus of 2,000 slot-s over 0.97 of 1e6, less than the
+    # 7,200 its shortfall of 4 GPUs costs in 1,800 s; 0.98e6 leaves 10,000, enough to wait
+    near = {"a": Standing(received_slot_s=0.972e6, entitled_slot_s=1e6)}
+    assert len(preempted(reclaim_with(near))) == 2
+    assert len(preempted(reclaim_with(None))) == 2
+    just_above = {"a": Standing(received_slot_s=0.98e6, entitled_slot_s=1e6)}
+    assert preempted(reclaim_with(just_above)) == set()
+
+
+def test_without_patience_the_standing_is_ignored() -> None:
+    _, out = decide(
+        FairShareConfig(patience_share=None),
+        nodes=[node("n", 8, free=0)],
+        run=borrowed_cluster(),
+        queue=[queued(1, "a", gpus=2, at=1000.0)],
+        now=1000.0,
+        tenants=GUARANTEES,
+        standing={"a": Standing(received_slot_s=1e6, entitled_slot_s=1e6)},
+    )
+    assert len(preempted(out)) == 2
+    assert FairSharePolicy(FairShareConfig(patience_share=None)).standing_half_life_s is None
+    assert FairSharePolicy().standing_half_life_s == FairShareConfig().standing_half_life_s
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("patience_share", 0.0),
+        ("patience_share", 1.5),
+        ("patience_horizon_s", -1.0),
+        ("standing_half_life_s", 0.0),
+    ],
+)
+def test_patience_settings_are_checked(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=field):
+        FairShareConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_patient_tenant_still_gets_free_gpus_before_borrowers() -> None:
+    run = [running(10 + i, "b", ["n"], started_at=float(i)) for i in range(7)]
+    _, out = decide(
+        nodes=[node("n", 8, free=1)],
+        run=run,
+        queue=[queued(1, "b", at=100.0), queued(2, "a", at=900.0)],
+        now=1000.0,
+        tenants=GUARANTEES,
+        usage={"a": 1e9},
+        standing={"a": Standing(received_slot_s=1e6, entitled_slot_s=1e6)},
+    )
+    assert isinstance(by_id(out)[2], Start)
+    assert preempted(out) == set()

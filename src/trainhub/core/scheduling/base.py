@@ -23,6 +23,9 @@ class BasePolicy(abc.ABC):
 
     name: str = "base"
     queue_order: QueueOrder = SUBMISSION_ORDER
+    # half-life of the tenant standings (core.entitlement) the policy reads; None: it reads none,
+    # and callers keep no ledger for it
+    standing_half_life_s: float | None = None
 
     @abc.abstractmethod
     def decide(self, snapshot: Snapshot) -> Sequence[Decision]:

@@ -116,6 +116,8 @@ class FairSharePolicy(BasePolicy):
             fewest_preemptions_first=self.config.victim_fewest_preemptions,
         )
         self.queue_order = QueueOrder("fair", self._order_key)
+        if self.config.patience_share is not None:
+            self.standing_half_life_s = self.config.standing_half_life_s
         # a cache of per-trial facts for victim choice; never changes a decision
         self.victim_facts = VictimFacts(self.rules)
         self.claim_memo = ClaimMemo()
@@ -233,7 +235,9 @@ class _FairPass:
             return
         key, group = top
         size = group.head.request.num_slots
-        borrowing = int(not entitled(tenant.used, size, tenant.share.guaranteed_slots))
+        borrowing = 2 * int(not entitled(tenant.used, size, tenant.share.guaranteed_slots))
+        if not borrowing and not self._owed(tenant):
+            borrowing = 1  # patient: after the tenants owed their guarantee, before borrowers
         score = (tenant.usage_slots + tenant.used) / tenant.share.weight
         heapq.heappush(self.heap, ((borrowing, score, *key), tenant.name))
 
@@ -326,7 +330,7 @@ class _FairPass:
                 # this decision, so where it will start is left to the next one
                 self.reservation = Reservation(trial.trial_id, (), {}, None)
                 self.backfill = self.raw
-                head_reason = self.book.prefixed("next in line")
+                head_reason = self.book.prefixed("next in line" + self._patience_note(tenant, size))
             else:
                 self.reservation = reserve(
                     trial,
@@ -336,7 +340,9 @@ class _FairPass:
                     known_ends=self.config.estimates_for_backfill,
                 )
                 self.backfill = self.raw.copy(self.reservation.caps)
-                head_reason = self.book.prefixed(self.reservation.describe(self.now))
+                head_reason = self.book.prefixed(
+                    self.reservation.describe(self.now) + self._patience_note(tenant, size)
+                )
             self._block(tenant, group, head_reason, behind_reason(trial.trial_id))
             return not self.config.backfill
         if self.raw.total_free >= size or not request.gpus_per_worker:
@@ -410,6 +416,32 @@ class _FairPass:
         self._push(tenant)
         return False
 
+    def _owed(self, tenant: _Tenant) -> bool:
+        """Whether a tenant below its guarantee may preempt for it now: always without
+        patience or without a standing; else only when its surplus over ``patience_share`` of
+        its entitlement no longer covers ``patience_horizon_s`` of its present shortfall."""
+        share = self.config.patience_share
+        standing = self.snapshot.tenant_standing.get(tenant.name)
+        if share is None or standing is None:
+            return True
+        shortfall = max(0, tenant.share.guaranteed_slots - tenant.used)
+        return standing.surplus_slot_s(share) < shortfall * self.config.patience_horizon_s
+
+    def _patience_note(self, tenant: _Tenant, size: int) -> str:
+        """Why a tenant below its guarantee waits instead of preempting (or nothing)."""
+        guarantee = tenant.share.guaranteed_slots
+        if not self.config.preemption or not entitled(tenant.used, size, guarantee):
+            return ""
+        standing = self.snapshot.tenant_standing.get(tenant.name)
+        if standing is None or self._owed(tenant) or not standing.entitled_slot_s:
+            return ""
+        got = standing.received_slot_s / standing.entitled_slot_s
+        return (
+            f" (tenant {tenant.name} has received {got:.0%} of its guarantee recently, so it "
+            f"waits for GPUs that free on their own instead of preempting; it preempts "
+            f"when it nears {self.config.patience_share:.0%})"
+        )
+
     # -- preemption --------------------------------------------------------------------------
 
     def _claim(self, tenant: _Tenant, group: _Group) -> str | None:
@@ -433,7 +465,7 @@ class _FairPass:
         if preemptor.incoming_suffices(trial, pool):
             tenant.used += size
             return "starts when the trials being preempted for it have checkpointed and exited"
-        if entitled(tenant.used, size, guarantee):
+        if entitled(tenant.used, size, guarantee) and self._owed(tenant):
             overshoot = 0
             if self.config.gang_overshoot:
                 # what the gang goes past the guarantee, if no more than what the tenant is

@@ -61,6 +61,19 @@ class FairShareConfig:
             and cost its tenant its guarantee (ADR 0020). With it off, backfill uses only
             capacity the head will not need (the reservation's caps) and the reservation
             waits for releases of unknown time, as without any durations.
+        patience_share: reclaim patience. A tenant below its guarantee preempts borrowers
+            only when it is owed: when what it received (decayed, see
+            ``standing_half_life_s``) would fall below this share of what it was entitled to
+            within ``patience_horizon_s`` of its present shortfall. A tenant standing above
+            that waits for capacity that frees on its own, still ahead of every borrower.
+            The issue's measure is this ratio (>= 0.95), so the guarantee is kept as a
+            time-averaged share, not at every instant, and lenders' trials are preempted
+            less (ADR 0022). None: reclaim whenever below the guarantee.
+        patience_horizon_s: see ``patience_share``: a tenant waits only while its surplus
+            over that share covers this many seconds of its present shortfall, so a tenant
+            with little history (small entitled totals) reclaims at once.
+        standing_half_life_s: half-life of the received and entitled slot-seconds the
+            patience reads (``core.entitlement``): how far back a tenant's standing counts.
     """
 
     half_life_s: float = 24 * 3600.0
@@ -78,9 +91,14 @@ class FairShareConfig:
     cooldown_growth: float = 4.0
     victim_fewest_preemptions: bool = True
     estimates_for_backfill: bool = False
+    patience_share: float | None = 0.97
+    patience_horizon_s: float = 1800.0
+    standing_half_life_s: float = 7 * 24 * 3600.0
 
     def __post_init__(self) -> None:
-        for name in ("half_life_s",):
+        if self.patience_share is not None and not 0 < self.patience_share <= 1:
+            raise ValueError(f"patience_share must be in (0, 1] or None, got {self.patience_share}")
+        for name in ("half_life_s", "standing_half_life_s"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value}")
@@ -88,6 +106,7 @@ class FairShareConfig:
             "aging_interval_s",
             "min_run_time_s",
             "preemption_cooldown_s",
+            "patience_horizon_s",
         ):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):

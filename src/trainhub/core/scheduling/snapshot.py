@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from trainhub.core.entitlement import Standing
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.spec import Priority
 
@@ -100,3 +101,6 @@ class Snapshot:
     tenants: Mapping[str, TenantShare] = field(default_factory=dict)
     # decayed slot-seconds each tenant used recently (trainhub.core.fairshare)
     tenant_usage: Mapping[str, float] = field(default_factory=dict)
+    # each tenant's decayed received and entitled slot-seconds (trainhub.core.entitlement),
+    # when the policy reads them (``BasePolicy.standing_half_life_s``)
+    tenant_standing: Mapping[str, Standing] = field(default_factory=dict)

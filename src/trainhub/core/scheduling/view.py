@@ -33,6 +33,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from trainhub.core.entitlement import Standing
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.scheduling.base import BasePolicy
 from trainhub.core.scheduling.nodetable import HOT_GPU_TEMPERATURE_C, NodeTable
@@ -282,6 +283,7 @@ class SnapshotBuilder:
         nodes: Iterable[NodeFacts],
         tenants: Mapping[str, TenantShare] | None = None,
         tenant_usage: Mapping[str, float] | None = None,
+        tenant_standing: Mapping[str, Standing] | None = None,
     ) -> Snapshot:
         """The snapshot of exactly these trials and nodes at ``now``."""
         # unchanged facts should be the same objects as last time: they are found by an
@@ -312,7 +314,7 @@ class SnapshotBuilder:
             and any((seen := have.get(n.node_id)) is not n and seen != n for n in node_list)
         ):
             self.set_nodes(node_list)
-        return self.snapshot(now, tenants, tenant_usage)
+        return self.snapshot(now, tenants, tenant_usage, tenant_standing)
 
     def set_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         """Replace the node facts (membership, health, temperature or capacity changed)."""
@@ -390,6 +392,7 @@ class SnapshotBuilder:
         now: float,
         tenants: Mapping[str, TenantShare] | None = None,
         tenant_usage: Mapping[str, float] | None = None,
+        tenant_standing: Mapping[str, Standing] | None = None,
     ) -> Snapshot:
         """The snapshot of what it was told, at ``now``."""
         if self._nodes_dirty:
@@ -414,6 +417,7 @@ class SnapshotBuilder:
             running=self._running_table,
             tenants=tenants if tenants is not None else {},
             tenant_usage=tenant_usage if tenant_usage is not None else {},
+            tenant_standing=tenant_standing if tenant_standing is not None else {},
         )
 
     def _node(self, facts: NodeFacts) -> Node:
@@ -440,10 +444,12 @@ def build_snapshot(
     tenants: Mapping[str, TenantShare] | None = None,
     tenant_usage: Mapping[str, float] | None = None,
     order: QueueOrder = SUBMISSION_ORDER,
+    tenant_standing: Mapping[str, Standing] | None = None,
 ) -> Snapshot:
     """The policy's snapshot at ``now`` of these trials and nodes (see the module docstring).
 
     ``order`` is the policy's ``queue_order``; ``tenant_usage`` the decayed usage of
-    :class:`trainhub.core.fairshare.DecayedUsage`.
+    :class:`trainhub.core.fairshare.DecayedUsage`; ``tenant_standing`` the standings of
+    :class:`trainhub.core.entitlement.EntitlementLedger`.
     """
-    return SnapshotBuilder(order).build(now, trials, nodes, tenants, tenant_usage)
+    return SnapshotBuilder(order).build(now, trials, nodes, tenants, tenant_usage, tenant_standing)
