@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from trainhub.core.entitlement import EntitlementLedger, Standing
+from trainhub.core.entitlement import EntitlementLedger, Interval, Standing
 from trainhub.core.fairshare import mean_life_s
 
 HALF_LIFE_S = 3600.0
@@ -82,3 +82,28 @@ def test_a_changed_guarantee_counts_from_its_change() -> None:
     got = ledger.standing(2000.0)["a"]
     expected = decayed(2, 1000.0) * math.exp(-1000.0 / TAU) + decayed(6, 1000.0)
     assert got.entitled_slot_s == pytest.approx(expected)
+
+
+def test_a_rebuild_from_history_equals_the_ledger_kept_change_by_change() -> None:
+    kept = EntitlementLedger(HALF_LIFE_S)
+    kept.set_guarantees({"a": 4, "b": 2}, 0.0)
+    kept.change("a", 0.0, demand=6)
+    kept.change("a", 100.0, held=4)
+    kept.change("b", 200.0, held=2, demand=2)
+    kept.change("a", 900.0, held=-4, demand=-4)
+    held = [Interval("a", 4, 100.0, 900.0), Interval("b", 2, 200.0, None)]
+    demanded = [
+        Interval("a", 4, 0.0, 900.0),
+        Interval("a", 2, 0.0, None),
+        Interval("b", 2, 200.0, None),
+        Interval("b", 8, 5000.0, None),  # after now: not yet
+    ]
+    rebuilt = EntitlementLedger(HALF_LIFE_S)
+    rebuilt.rebuild(held, demanded, {"a": 4, "b": 2}, 3000.0)
+    for tenant in ("a", "b"):
+        assert rebuilt.standing(3000.0)[tenant].entitled_slot_s == pytest.approx(
+            kept.standing(3000.0)[tenant].entitled_slot_s
+        )
+        assert rebuilt.standing(3000.0)[tenant].received_slot_s == pytest.approx(
+            kept.standing(3000.0)[tenant].received_slot_s
+        )

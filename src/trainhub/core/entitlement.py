@@ -12,13 +12,15 @@ One class for the simulator and the server, as for decayed usage:
 - the simulator calls :meth:`EntitlementLedger.change` at each arrival, start, end and
   preemption (a tenant is settled only when it changes or is read);
 - the control loop calls :meth:`EntitlementLedger.observe` once a tick with what every tenant
-  holds and demands; the values hold from that tick to the next.
+  holds and demands; the values hold from that tick to the next. At start-up it rebuilds the
+  ledger from the database's history (:meth:`EntitlementLedger.rebuild`), so a restart of the
+  server does not forget who was served well.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from trainhub.core.fairshare import mean_life_s
@@ -34,6 +36,16 @@ class Standing:
     def surplus_slot_s(self, share: float) -> float:
         """Slot-seconds received beyond ``share`` of what it was entitled to (< 0: short)."""
         return self.received_slot_s - share * self.entitled_slot_s
+
+
+@dataclass(frozen=True)
+class Interval:
+    """``slots`` held or demanded by ``tenant`` from ``start`` to ``end`` (None: still)."""
+
+    tenant: str
+    slots: float
+    start: float
+    end: float | None
 
 
 class _Account:
@@ -108,3 +120,29 @@ class EntitlementLedger:
             self._settle(account, now)
             out[tenant] = Standing(account.received, account.entitled)
         return out
+
+    def rebuild(
+        self,
+        held: Iterable[Interval],
+        demanded: Iterable[Interval],
+        guarantees: Mapping[str, float],
+        now: float,
+    ) -> None:
+        """The standings at ``now`` of this history (attempts held, trials demanded), replayed
+        change by change against today's guarantees; then observed values take over."""
+        changes: list[tuple[float, str, float, float]] = []
+        for interval, kind in [(i, 0) for i in held] + [(i, 1) for i in demanded]:
+            end = now if interval.end is None else min(interval.end, now)
+            if end <= interval.start or interval.slots <= 0:
+                continue
+            held_d, demand_d = (interval.slots, 0.0) if kind == 0 else (0.0, interval.slots)
+            changes.append((interval.start, interval.tenant, held_d, demand_d))
+            if interval.end is not None and interval.end < now:
+                changes.append((interval.end, interval.tenant, -held_d, -demand_d))
+        changes.sort(key=lambda c: c[0])
+        self._accounts = {}
+        self._guarantees = dict(guarantees)
+        for at, tenant, held_d, demand_d in changes:
+            self.change(tenant, at, held=held_d, demand=demand_d)
+        for account in self._accounts.values():
+            self._settle(account, now)

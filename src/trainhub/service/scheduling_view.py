@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from trainhub.core.entitlement import EntitlementLedger, Standing
+from trainhub.core.entitlement import EntitlementLedger, Interval, Standing
 from trainhub.core.fairshare import DecayedUsage, scaled_guarantees
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.scheduling import BasePolicy, Snapshot
 from trainhub.core.scheduling.snapshot import TenantShare
 from trainhub.core.scheduling.view import NodeFacts, SnapshotBuilder, TrialFacts, estimate_duration
-from trainhub.core.spec import ExperimentSpec, Priority
+from trainhub.core.spec import ExperimentSpec, Priority, Resources
 from trainhub.core.states import AttemptOutcome
 from trainhub.service.records import Attempt, CheckpointTimes, Trial, TrialOwner
 from trainhub.service.repository import Repository
@@ -100,10 +100,11 @@ class SchedulingView:
     ) -> None:
         self.builder = SnapshotBuilder.for_policy(policy)
         self.usage = DecayedUsage(half_life_s)
-        # received and entitled slot-seconds per tenant, for a policy that reads them; it
-        # starts empty at each start of the server (no standing: the policy reclaims at once)
+        # received and entitled slot-seconds per tenant, for a policy that reads them; rebuilt
+        # from the database's history at the first tick (a restart forgets nothing)
         half_life = policy.standing_half_life_s
         self.standing = EntitlementLedger(half_life) if half_life is not None else None
+        self._standing_rebuilt = False
         self.half_life_s = half_life_s
         self.estimates_refresh_s = estimates_refresh_s
         self.estimate_min_samples = estimate_min_samples
@@ -166,7 +167,7 @@ class SchedulingView:
             for t in repo.list_tenants()
         }
         node_list = cluster_nodes()
-        standing = self._standing(queued, active, specs, tenants, node_list, now)
+        standing = self._standing(repo, queued, active, specs, tenants, node_list, now)
         if not queued:
             return None
         ids = [t.id for t in active]
@@ -230,8 +231,25 @@ class SchedulingView:
             slots = self._request(trial.experiment_id, specs[trial.experiment_id]).num_slots
             self.standing.change(trial.tenant, now, held=slots)
 
+    @staticmethod
+    def _rebuild_standing(
+        repo: Repository, ledger: EntitlementLedger, guarantees: Mapping[str, int], now: float
+    ) -> None:
+        """The standings of the last ten half-lives of history: attempts held their slots,
+        trials demanded theirs from submission to their end (against today's guarantees;
+        time paused counts as demand, an approximation that only errs towards reclaiming)."""
+        since = now - 10 * ledger.half_life_s
+        held = [Interval(a.tenant, a.num_slots, a.start, a.end) for a in repo.attempt_usage(since)]
+        demanded = []
+        for trial in repo.trial_history(since):
+            shape = Resources.model_validate(trial.spec.get("resources") or {})
+            slots = ResourceRequest.from_spec(shape).num_slots
+            demanded.append(Interval(trial.tenant, slots, trial.submitted_at, trial.ended_at))
+        ledger.rebuild(held, demanded, guarantees, now)
+
     def _standing(
         self,
+        repo: Repository,
         queued: Sequence[Trial],
         active: Sequence[Trial],
         specs: Mapping[int, ExperimentSpec],
@@ -248,7 +266,11 @@ class SchedulingView:
         alive = [n for n in nodes if n.alive]
         total = sum(n.total_gpus for n in alive) or sum(int(n.total_cpus) for n in alive)
         guarantees = {t: s.guaranteed_slots for t, s in tenants.items()}
-        ledger.set_guarantees(scaled_guarantees(guarantees, total), now)
+        scaled = scaled_guarantees(guarantees, total)
+        if not self._standing_rebuilt:
+            self._rebuild_standing(repo, ledger, scaled, now)
+            self._standing_rebuilt = True
+        ledger.set_guarantees(scaled, now)
         held: dict[str, float] = {}
         demand: dict[str, float] = {}
         for trial in active:
