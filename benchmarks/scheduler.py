@@ -32,6 +32,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from trainhub.core.entitlement import EntitlementLedger
 from trainhub.core.gcpause import collection_paused
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.scheduling import (
@@ -42,7 +43,7 @@ from trainhub.core.scheduling import (
     create_policy,
     split_decisions,
 )
-from trainhub.core.scheduling.view import NodeFacts, SnapshotBuilder, TrialFacts
+from trainhub.core.scheduling.view import NodeFacts, SnapshotBuilder, TrialFacts, tenant_load
 from trainhub.core.spec import Priority
 from trainhub.core.states import TrialState
 from trainhub.sim.cluster import ClusterSpec
@@ -138,7 +139,8 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
     queued and active trials and the nodes afresh as facts and builds the snapshot with
     :class:`SnapshotBuilder` (which reuses what did not change); since the last tick 1% of the
     queue changed (25 left, 25 arrived) and 25 running trials were replaced. The time counts
-    the build and the decision."""
+    the build and the decision, and for a policy that reads tenant standings (fair's reclaim
+    patience) the ledger's update from every trial, as :class:`SchedulingView` makes it."""
     rng = random.Random(seed)
     nodes, running, tenants = _latency_cluster(rng)
     queue = [_queued(rng, 100_000 + i, tenants) for i in range(5000)]
@@ -175,7 +177,19 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
 
     waiting = [queued_facts(q) for q in queue]
     active = [running_facts(r) for r in running]
-    builder.build(100_000.0, [*waiting, *active], node_facts, shares, usage)
+    half_life = policy.standing_half_life_s
+    ledger = EntitlementLedger(half_life) if half_life is not None else None
+
+    def decide(now: float) -> None:
+        snap = builder.build(now, [*waiting, *active], node_facts, shares, usage)
+        if ledger is not None:  # as SchedulingView: standings off the snapshot's indexes
+            held, demand = tenant_load(snap)
+            ledger.observe(held, demand, now)
+            snap = replace(snap, tenant_standing=ledger.standing(now))
+        split_decisions(policy.decide(snap))
+
+    now = 100_000.0
+    decide(now)
     next_id = 300_000
     times: list[float] = []
     cpu: list[float] = []
@@ -187,11 +201,11 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
             at = rng.randrange(len(active))
             active[at] = replace(active[at], trial_id=next_id, tenant=rng.choice(tenants))
             next_id += 1
+        now += 1.0
         t0, c0 = time.perf_counter(), time.process_time()
         # as the control loop does: no cyclic collection inside the build and the decision
         with collection_paused():
-            snap = builder.build(100_000.0, [*waiting, *active], node_facts, shares, usage)
-            split_decisions(policy.decide(snap))
+            decide(now)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     times.sort()

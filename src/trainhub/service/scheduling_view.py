@@ -16,12 +16,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from trainhub.core.entitlement import EntitlementLedger, Interval, Standing
+from trainhub.core.entitlement import EntitlementLedger, Interval
 from trainhub.core.fairshare import DecayedUsage, scaled_guarantees
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.scheduling import BasePolicy, Snapshot
 from trainhub.core.scheduling.snapshot import TenantShare
-from trainhub.core.scheduling.view import NodeFacts, SnapshotBuilder, TrialFacts, estimate_duration
+from trainhub.core.scheduling.view import (
+    NodeFacts,
+    SnapshotBuilder,
+    TrialFacts,
+    estimate_duration,
+    tenant_load,
+)
 from trainhub.core.spec import ExperimentSpec, Priority, Resources
 from trainhub.core.states import AttemptOutcome
 from trainhub.service.records import Attempt, CheckpointTimes, Trial, TrialOwner
@@ -167,8 +173,14 @@ class SchedulingView:
             for t in repo.list_tenants()
         }
         node_list = cluster_nodes()
-        standing = self._standing(repo, queued, active, specs, tenants, node_list, now)
+        ledger = self._ledger(repo, tenants, node_list, now)
         if not queued:
+            if ledger is not None:  # nothing waits: every tenant demands what it holds
+                held: dict[str, float] = {}
+                for trial in active:
+                    slots = self._request(trial.experiment_id, specs[trial.experiment_id]).num_slots
+                    held[trial.tenant] = held.get(trial.tenant, 0.0) + slots
+                ledger.observe(held, held, now)
             return None
         ids = [t.id for t in active]
         attempts = repo.open_attempts(ids)
@@ -218,7 +230,13 @@ class SchedulingView:
         if len(self._requests) > 4 * len(specs):
             self._requests = {i: r for i, r in self._requests.items() if i in specs}
         nodes = [with_overlay(NodeFacts.of(n), node_overlay) for n in node_list]
-        return self.builder.build(now, facts, nodes, tenants, tenant_usage, standing)
+        snapshot = self.builder.build(now, facts, nodes, tenants, tenant_usage)
+        if ledger is None:
+            return snapshot
+        # what each tenant holds and demands from now on, off the snapshot's own indexes
+        held_now, demand_now = tenant_load(snapshot)
+        ledger.observe(held_now, demand_now, now)
+        return replace(snapshot, tenant_standing=ledger.standing(now))
 
     def started(
         self, trials: Sequence[Trial], specs: Mapping[int, ExperimentSpec], now: float
@@ -247,18 +265,15 @@ class SchedulingView:
             demanded.append(Interval(trial.tenant, slots, trial.submitted_at, trial.ended_at))
         ledger.rebuild(held, demanded, guarantees, now)
 
-    def _standing(
+    def _ledger(
         self,
         repo: Repository,
-        queued: Sequence[Trial],
-        active: Sequence[Trial],
-        specs: Mapping[int, ExperimentSpec],
         tenants: Mapping[str, TenantShare],
         nodes: Sequence[Node],
         now: float,
-    ) -> dict[str, Standing] | None:
-        """Each tenant's standing now, after accounting what it holds and demands from now on
-        (every tick, queue empty or not, so that no interval goes uncounted)."""
+    ) -> EntitlementLedger | None:
+        """The standings ledger with today's guarantees (scaled as the policy scales them),
+        rebuilt from the database's history on first use; None for a policy that reads none."""
         ledger = self.standing
         if ledger is None:
             return None
@@ -271,15 +286,4 @@ class SchedulingView:
             self._rebuild_standing(repo, ledger, scaled, now)
             self._standing_rebuilt = True
         ledger.set_guarantees(scaled, now)
-        held: dict[str, float] = {}
-        demand: dict[str, float] = {}
-        for trial in active:
-            slots = self._request(trial.experiment_id, specs[trial.experiment_id]).num_slots
-            held[trial.tenant] = held.get(trial.tenant, 0.0) + slots
-        for trial in queued:
-            slots = self._request(trial.experiment_id, specs[trial.experiment_id]).num_slots
-            demand[trial.tenant] = demand.get(trial.tenant, 0.0) + slots
-        for tenant, holding in held.items():
-            demand[tenant] = demand.get(tenant, 0.0) + holding
-        ledger.observe(held, demand, now)
-        return ledger.standing(now)
+        return ledger

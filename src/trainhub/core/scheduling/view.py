@@ -437,6 +437,20 @@ class SnapshotBuilder:
         )
 
 
+def tenant_load(snapshot: Snapshot) -> tuple[dict[str, float], dict[str, float]]:
+    """Slots each tenant holds, and demands (held plus queued), in ``snapshot``: read off its
+    indexes (per tenant, per queue group), not trial by trial."""
+    held: dict[str, float] = dict(RunningTable.coerce(snapshot.running).slots_by_tenant)
+    demand = dict(held)
+    queue = snapshot.queue
+    if not isinstance(queue, TrialQueue):
+        queue = TrialQueue(queue, SUBMISSION_ORDER)
+    for (tenant, _, _), trials in queue.groups.items():
+        if trials:
+            demand[tenant] = demand.get(tenant, 0.0) + len(trials) * trials.first.request.num_slots
+    return held, demand
+
+
 def build_snapshot(
     now: float,
     trials: Iterable[TrialFacts],
