@@ -18,8 +18,14 @@ from trainhub.core.scheduling.view import (
     TrialFacts,
     build_snapshot,
     estimate_duration,
+    tenant_load,
 )
 from trainhub.core.states import TrialState
+
+from .helpers import node as helper_node
+from .helpers import queued as helper_queued
+from .helpers import running as helper_running
+from .helpers import snapshot as helper_snapshot
 
 Q, R, P = TrialState.QUEUED, TrialState.RUNNING, TrialState.PREEMPTING
 
@@ -301,3 +307,18 @@ def test_can_ever_fit_names_the_field_and_the_largest_node() -> None:
     assert whole is not None
     assert "at most 3" in whole.message
     assert can_ever_fit(req(), [_node(8, alive=False)]) is not None
+
+
+def test_tenant_load_counts_held_and_queued_slots_per_tenant() -> None:
+    snap = helper_snapshot(
+        nodes=[helper_node("n", 8, free=2)],
+        run=[helper_running(1, "a", ["n", "n"]), helper_running(2, "b", ["n"] * 4)],
+        queue=[
+            helper_queued(3, "a", gpus=4),
+            helper_queued(4, "a", gpus=4),
+            helper_queued(5, "c", gpus=1),
+        ],
+    )
+    held, demand = tenant_load(snap)
+    assert held == {"a": 2, "b": 4}
+    assert demand == {"a": 10, "b": 4, "c": 1}
