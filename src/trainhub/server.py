@@ -56,6 +56,9 @@ class Settings:
     usage_half_life_s: float = _FAIR_DEFAULTS.half_life_s
     min_run_time_s: float = _FAIR_DEFAULTS.min_run_time_s
     preemption_cooldown_s: float = _FAIR_DEFAULTS.preemption_cooldown_s
+    # reclaim patience: the share of its recent entitlement above which a tenant below its
+    # guarantee waits for free GPUs instead of preempting (ADR 0022); 0 turns it off
+    reclaim_patience: float = _FAIR_DEFAULTS.patience_share or 0.0
     ray_num_cpus: int | None = None
     ray_num_gpus: int | None = None
     sandbox: str = "auto"  # auto | bwrap | none: how rank processes are isolated (sandbox.py)
@@ -88,6 +91,7 @@ def make_policy(settings: Settings) -> BasePolicy:
         half_life_s=settings.usage_half_life_s,
         min_run_time_s=settings.min_run_time_s,
         preemption_cooldown_s=settings.preemption_cooldown_s,
+        patience_share=settings.reclaim_patience or None,
     )
     return create_policy(settings.policy, fair=fair)
 

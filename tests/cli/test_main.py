@@ -120,6 +120,7 @@ def test_server_defaults_come_from_the_fair_share_config() -> None:
     assert settings.min_run_time_s == config.min_run_time_s
     assert settings.preemption_cooldown_s == config.preemption_cooldown_s
     assert settings.usage_half_life_s == config.half_life_s
+    assert settings.reclaim_patience == config.patience_share
     assert make_policy(settings).config == config  # type: ignore[attr-defined]
     result = CliRunner().invoke(app, ["server", "--help"], env={"COLUMNS": "400"})
     text = " ".join(result.output.split())

@@ -179,6 +179,7 @@ def test_server_maps_scheduling_options_onto_settings(
     monkeypatch.setattr(trainhub.server, "serve", seen.append)
     args = ["server", "--home", str(tmp_path), "--policy", "FAIR", "--min-run-time-s", "1"]
     args += ["--preemption-cooldown-s", "0", "--usage-half-life-s", "60"]
+    args += ["--reclaim-patience", "0"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     (settings,) = seen
@@ -186,7 +187,9 @@ def test_server_maps_scheduling_options_onto_settings(
     assert settings.min_run_time_s == 1.0
     assert settings.preemption_cooldown_s == 0.0
     assert settings.usage_half_life_s == 60.0
-    assert trainhub.server.make_policy(settings).__class__.__name__ == "FairSharePolicy"
+    policy = trainhub.server.make_policy(settings)
+    assert policy.__class__.__name__ == "FairSharePolicy"
+    assert policy.standing_half_life_s is None  # no patience: no ledger kept
 
     seen.clear()
     env = {"TRAINHUB_POLICY": "sjf"}

@@ -162,6 +162,17 @@ def server(
             f"{_FAIR_DEFAULTS.preemption_cooldown_s:g}.",
         ),
     ] = None,
+    reclaim_patience: Annotated[
+        float | None,
+        typer.Option(
+            envvar="TRAINHUB_RECLAIM_PATIENCE",
+            min=0.0,
+            max=1.0,
+            help="A tenant below its guarantee that received more than this share of its "
+            "recent entitlement waits for GPUs to free instead of preempting (fair share; "
+            f"0 turns it off); default: {_FAIR_DEFAULTS.patience_share or 0:g}.",
+        ),
+    ] = None,
     usage_half_life_s: Annotated[
         float | None,
         typer.Option(
@@ -234,6 +245,8 @@ def server(
         settings = dataclasses.replace(settings, preemption_cooldown_s=preemption_cooldown_s)
     if usage_half_life_s is not None:
         settings = dataclasses.replace(settings, usage_half_life_s=usage_half_life_s)
+    if reclaim_patience is not None:
+        settings = dataclasses.replace(settings, reclaim_patience=reclaim_patience)
     from sqlalchemy.exc import OperationalError
 
     try:
