@@ -256,3 +256,24 @@ def test_batch_reads_and_writes_of_the_control_loop(uow: SqlUnitOfWork) -> None:
             3,
             TrialState.QUEUED,
         )
+
+
+def test_trial_demand_lists_the_trials_that_waited_or_ran_after_a_time(
+    uow: SqlUnitOfWork,
+) -> None:
+    seed(uow)
+    with uow() as repo:
+        user = repo.get_user_by_name("alice")
+        assert user is not None
+        spec = {"resources": {"workers": 2, "gpus_per_worker": 4}}
+        experiment = repo.add_experiment("vision", user.id, "wide", "p", spec, "", 0, 3.0)
+        done = repo.add_trial(experiment.id, {}, "normal", 3.0).id
+        repo.add_trial(experiment.id, {}, "normal", 3.0)  # still waiting
+        write_trial(repo, done, TrialUpdate(state=TrialState.SCHEDULED))
+        write_trial(repo, done, TrialUpdate(state=TrialState.COMPLETED, ended_at=50.0))
+        recent = {(d.tenant, d.slots, d.start, d.end) for d in repo.trial_demand(100.0)}
+        everything = {(d.tenant, d.slots, d.start, d.end) for d in repo.trial_demand(10.0)}
+    assert ("vision", 8, 3.0, None) in recent
+    assert ("vision", 8, 3.0, 50.0) not in recent
+    assert ("vision", 8, 3.0, 50.0) in everything
+    assert len(everything) == len(recent) + 1 == 3  # the seed's trial waits too

@@ -50,3 +50,22 @@ def test_decayed_usage_rebuilt_from_history_equals_advancing_tick_by_tick() -> N
     # one slot held for a half-life weighs tau * (1 - 1/2)
     tau = half_life / math.log(2)
     assert result["b"] == pytest.approx(2 * tau * 0.5)
+
+
+def test_guarantee_kept_is_received_over_entitled_slot_time_in_the_period() -> None:
+    from trainhub.core.entitlement import Interval
+    from trainhub.service.usage import guarantees_kept
+
+    # a (guarantee 4) wants 6 slots for an hour and holds 2: entitled to 4, receives 2; then it
+    # wants 1 and holds it for another hour. b has no guarantee: entitled to nothing.
+    held = [usage("a", 2, 0, 3600), usage("a", 1, 3600, None), usage("b", 8, 0, None)]
+    demand = [
+        Interval("a", 6, 0.0, 3600.0),
+        Interval("a", 1, 3600.0, None),
+        Interval("b", 8, 0.0, None),
+    ]
+    kept = guarantees_kept(held, demand, {"a": 4, "b": 0}, 0.0, 7200.0)
+    assert kept == {"a": pytest.approx((2 * 3600 + 1 * 3600) / (4 * 3600 + 1 * 3600))}
+    # the period starts half-way through the first hour: only what lies inside counts
+    later = guarantees_kept(held, demand, {"a": 4}, 1800.0, 7200.0)
+    assert later["a"] == pytest.approx((2 * 1800 + 3600) / (4 * 1800 + 3600))

@@ -495,6 +495,11 @@ class TenantSharePublic(BaseModel):
     slot_hours: float
     average_slots: float
     share_of_guarantee: float | None
+    guarantee_kept: float | None = Field(
+        default=None,
+        description="GPU-time received over GPU-time entitled to (min(guarantee, demand) at "
+        "each instant) in the period; null when entitled to nothing.",
+    )
 
 
 class TenantStoragePublic(BaseModel):

@@ -526,14 +526,17 @@ def tenant_shares_table(tenants: Sequence[JSON]) -> Table:
     table.add_column("slot-hours", justify="right")
     table.add_column("average slots", justify="right")
     table.add_column("share of guarantee", justify="right")
+    table.add_column("guarantee kept", justify="right")
     for t in tenants:
         share = t.get("share_of_guarantee")
+        kept = t.get("guarantee_kept")
         table.add_row(
             Text(t["tenant"]),
             str(t["guaranteed_slots"]),
             slot_hours(t["slot_hours"]),
             f"{t['average_slots']:.2f}",
             "-" if share is None else f"{share * 100:.1f}%",
+            "-" if kept is None else f"{kept * 100:.1f}%",
         )
     return table
 

@@ -110,8 +110,10 @@ def usage(
     Slot-hours (GPU-hours) per day, tenant, user and project; tenant shares; storage against
     its quotas.
 
-    The second table sets each tenant's average slots over the period against its guarantee;
-    the third the checkpoints each tenant keeps against its storage quotas.
+    The second table sets each tenant's average slots over the period against its guarantee,
+    and the guarantee kept: the GPU-time it received over the GPU-time it was entitled to
+    (its guarantee, or its demand when that was smaller, at each instant). The third shows the
+    checkpoints each tenant keeps against its storage quotas.
     A trial holds its slots from being scheduled until its attempt ends. Members see their own
     tenants; cluster admins see all.
     """

@@ -493,8 +493,9 @@ class TrainhubClient:
         Returns:
             ``{"since", "until", "data": [{"day", "tenant", "user", "project", "slot_hours"}],
             "tenants": [{"tenant", "guaranteed_slots", "slot_hours", "average_slots",
-            "share_of_guarantee"}]}``; days are UTC dates, ``share_of_guarantee`` is None for
-            a tenant without a guarantee.
+            "share_of_guarantee", "guarantee_kept"}]}``; days are UTC dates,
+            ``share_of_guarantee`` is None for a tenant without a guarantee, ``guarantee_kept``
+            (received over entitled GPU-time) for one entitled to nothing in the period.
         """
         result: JSON = self._json("GET", "/usage", params=_period(since, until))
         return result

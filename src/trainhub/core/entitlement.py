@@ -65,6 +65,7 @@ class EntitlementLedger:
     between changes, so the result does not depend on how often it is read)."""
 
     def __init__(self, half_life_s: float) -> None:
+        """``half_life_s`` may be ``math.inf``: nothing decays (totals over a period)."""
         self.half_life_s = half_life_s
         self._tau = mean_life_s(half_life_s)
         self._accounts: dict[str, _Account] = {}
@@ -82,8 +83,11 @@ class EntitlementLedger:
         if span <= 0:
             return
         account.since = now
-        weight = self._tau * -math.expm1(-span / self._tau)
-        factor = math.exp(-span / self._tau)
+        if math.isinf(self._tau):
+            weight, factor = span, 1.0
+        else:
+            weight = self._tau * -math.expm1(-span / self._tau)
+            factor = math.exp(-span / self._tau)
         entitled = min(account.guarantee, account.demand)
         received = min(account.held, entitled)
         account.entitled = account.entitled * factor + entitled * weight

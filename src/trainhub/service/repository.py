@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from trainhub.core.entitlement import Interval
 from trainhub.core.layer_alerts import LayerAlert
 from trainhub.core.states import ExperimentState, TrialState
 from trainhub.service.records import (
@@ -185,6 +186,11 @@ class UsageStore(Protocol):
 
     def trial_history(self, since: float | None = None) -> list[RecordedTrial]:
         """Every trial submitted at or after ``since`` (all when None), by submission."""
+        ...
+
+    def trial_demand(self, since: float) -> list[Interval]:
+        """Trials that waited or ran at some time after ``since``: their tenant, the slots
+        their spec asks for, and when they were submitted and ended (None: not yet)."""
         ...
 
 

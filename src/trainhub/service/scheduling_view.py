@@ -28,7 +28,7 @@ from trainhub.core.scheduling.view import (
     estimate_duration,
     tenant_load,
 )
-from trainhub.core.spec import ExperimentSpec, Priority, Resources
+from trainhub.core.spec import ExperimentSpec, Priority
 from trainhub.core.states import AttemptOutcome
 from trainhub.service.records import Attempt, CheckpointTimes, Trial, TrialOwner
 from trainhub.service.repository import Repository
@@ -258,11 +258,7 @@ class SchedulingView:
         time paused counts as demand, an approximation that only errs towards reclaiming)."""
         since = now - 10 * ledger.half_life_s
         held = [Interval(a.tenant, a.num_slots, a.start, a.end) for a in repo.attempt_usage(since)]
-        demanded = []
-        for trial in repo.trial_history(since):
-            shape = Resources.model_validate(trial.spec.get("resources") or {})
-            slots = ResourceRequest.from_spec(shape).num_slots
-            demanded.append(Interval(trial.tenant, slots, trial.submitted_at, trial.ended_at))
+        demanded = repo.trial_demand(since)
         ledger.rebuild(held, demanded, guarantees, now)
 
     def _ledger(

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from trainhub.core.entitlement import EntitlementLedger, Interval
 from trainhub.core.errors import InvalidRequest
 from trainhub.core.fairshare import DecayedUsage
 from trainhub.service.auth import require_user, visible_tenants
@@ -44,6 +45,9 @@ class TenantShareRow:
     average_slots: float  # slot_hours / hours of the period
     # average_slots / guaranteed_slots; None when the tenant has no guarantee
     share_of_guarantee: float | None
+    # the issue's fairness measure: GPU-time received over GPU-time entitled to, being entitled
+    # to min(guarantee, demand) at each instant; None when it was entitled to nothing
+    guarantee_kept: float | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,28 @@ def account(
     return totals
 
 
+def guarantees_kept(
+    attempts: Iterable[AttemptUsage],
+    demand: Iterable[Interval],
+    guarantees: Mapping[str, int],
+    since: float,
+    until: float,
+) -> dict[str, float]:
+    """Per tenant entitled to anything in [since, until): received over entitled slot-time
+    (the measure the scheduler benchmark reports and reclaim patience reads, undecayed)."""
+    if until <= since:
+        return {}
+    ledger = EntitlementLedger(math.inf)
+    held = [Interval(a.tenant, a.num_slots, max(a.start, since), a.end) for a in attempts]
+    wanted = [Interval(d.tenant, d.slots, max(d.start, since), d.end) for d in demand]
+    ledger.rebuild(held, wanted, guarantees, until)
+    return {
+        tenant: s.received_slot_s / s.entitled_slot_s
+        for tenant, s in ledger.standing(until).items()
+        if s.entitled_slot_s > 0
+    }
+
+
 class UsageService:
     def __init__(self, uow: UnitOfWork, clock: Clock) -> None:
         self.uow = uow
@@ -115,6 +141,7 @@ class UsageService:
             attempts = [
                 a for a in repo.attempt_usage(since) if allowed is None or a.tenant in allowed
             ]
+            demand = [d for d in repo.trial_demand(since) if allowed is None or d.tenant in allowed]
             tenants = [t for t in repo.list_tenants() if allowed is None or t.name in allowed]
             stored = repo.checkpoint_bytes_by_tenant()
         storage = []
@@ -138,12 +165,22 @@ class UsageService:
         by_tenant: dict[str, float] = defaultdict(float)
         for row in rows:
             by_tenant[row.tenant] += row.slot_hours
+        kept = guarantees_kept(
+            attempts, demand, {t.name: t.guaranteed_slots for t in tenants}, since, min(until, now)
+        )
         shares = []
         for tenant in tenants:
             slot_hours = by_tenant.get(tenant.name, 0.0)
             average = slot_hours / hours
             ratio = average / tenant.guaranteed_slots if tenant.guaranteed_slots else None
             shares.append(
-                TenantShareRow(tenant.name, tenant.guaranteed_slots, slot_hours, average, ratio)
+                TenantShareRow(
+                    tenant.name,
+                    tenant.guaranteed_slots,
+                    slot_hours,
+                    average,
+                    ratio,
+                    kept.get(tenant.name),
+                )
             )
         return UsageReport(since, until, rows, shares, storage)

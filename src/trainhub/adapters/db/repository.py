@@ -27,7 +27,10 @@ from trainhub.adapters.db.models import (
     TrialRow,
     UserRow,
 )
+from trainhub.core.entitlement import Interval
 from trainhub.core.errors import Conflict, NotFound
+from trainhub.core.resources import ResourceRequest
+from trainhub.core.spec import Resources
 from trainhub.core.states import AttemptOutcome, ExperimentState, TrialState
 from trainhub.service.records import (
     Attempt,
@@ -704,6 +707,34 @@ class SqlRepository(SqlLayerAlertStore):
             .limit(limit)
         )
         return [FinishedRun(u, p, float(r)) for u, p, r in self.s.execute(query)]
+
+    def trial_demand(self, since: float) -> list[Interval]:
+        query = (
+            select(
+                TrialRow.experiment_id,
+                TenantRow.name,
+                TrialRow.submitted_at,
+                TrialRow.ended_at,
+            )
+            .join(TenantRow, TenantRow.id == TrialRow.tenant_id)
+            .where((TrialRow.ended_at.is_(None)) | (TrialRow.ended_at > since))
+            .order_by(TrialRow.id)
+        )
+        rows = self.s.execute(query).all()
+        # one spec per experiment, however many of its trials there are
+        slots: dict[int, int] = {}
+        ids = sorted({r[0] for r in rows})
+        for chunk in range(0, len(ids), 500):
+            specs = select(ExperimentRow.id, ExperimentRow.spec).where(
+                ExperimentRow.id.in_(ids[chunk : chunk + 500])
+            )
+            for experiment_id, spec in self.s.execute(specs):
+                resources = Resources.model_validate(dict(spec).get("resources") or {})
+                slots[experiment_id] = ResourceRequest.from_spec(resources).num_slots
+        return [
+            Interval(tenant, slots.get(experiment_id, 1), submitted, ended)
+            for experiment_id, tenant, submitted, ended in rows
+        ]
 
     def trial_history(self, since: float | None = None) -> list[RecordedTrial]:
         first = (
