@@ -3,7 +3,9 @@
 One pass walks the queue tenant by tenant, always serving next the tenant with the best key:
 
 1. trials of tenants below their guarantee (see :func:`entitled`) come before trials that
-   borrow idle capacity;
+   borrow idle capacity; among them, tenants *owed* their guarantee come before *patient*
+   ones, which received well over ``patience_share`` of their entitlement recently
+   (``Snapshot.tenant_standing``) and wait for free capacity instead of preempting;
 2. then the tenant with the lowest fair-share score: its decayed usage (half-life
    ``half_life_s``) as slots held on average, plus the slots it holds now, divided by its weight;
 3. inside a tenant: the highest priority after aging (one level per ``aging_interval_s``
@@ -14,7 +16,8 @@ is the head: it gets a reservation, and trials behind it start only where they c
 (backfill, see ``reservation``). A trial that does not fit may preempt (see ``preemption``):
 inside its tenant's guarantee it reclaims capacity other tenants borrow; in any case it may
 displace a running trial of its own tenant with a lower priority or a higher service band. The
-victims checkpoint and go back to the queue; the trial starts on a pass after they left.
+victims checkpoint and go back to the queue; the trial starts on a pass after they left. A
+patient tenant does not reclaim (ADR 0022).
 
 Trials of one tenant, priority and request shape compete for the same capacity, so when one of
 them is blocked the rest of its group waits for the same reason without being looked at: a
@@ -42,7 +45,8 @@ from trainhub.core.scheduling.runningtable import RunningTable
 from trainhub.core.scheduling.snapshot import QueuedTrial, Snapshot, TenantShare
 from trainhub.core.scheduling.victims import ClaimMemo, PreemptionRules, VictimFacts
 
-# (borrowing, fair-share score, -aged priority, band, submitted_at, trial_id)
+# (0 owed / 1 patient / 2 borrowing, fair-share score, -aged priority, band, submitted_at,
+# trial_id)
 TenantKey = tuple[int, float, int, int, float, int]
 
 
