@@ -75,6 +75,30 @@ def test_queue_lists_trials_in_order_with_reasons(cli: Cli, live: LiveServer) ->
         assert column in header
 
 
+def test_a_narrow_terminal_shows_each_reason_at_full_width(cli: Cli, live: LiveServer) -> None:
+    """At 80 columns a table squeezes the reason into a column a dozen characters wide; the
+    queue then shows each trial's facts on one line and its reason below them."""
+    trial = submit(live, "name: narrow\nentrypoint: python train.py\n")["trials"][0]["id"]
+    reason = (
+        "next in line: 1 node(s) reserved (tenant default has received 99% of its guarantee "
+        "recently, so it waits for GPUs that free on their own instead of preempting; it "
+        "preempts when it nears 97%); waiting for resources: needs 2 worker(s) x 4 GPU"
+    )
+    report(live, trial, queue_position=1, pending_reason=reason)
+    env = {"TRAINHUB_URL": cli.url, "TRAINHUB_TOKEN": cli.token or "", "COLUMNS": "80"}
+    result = CliRunner().invoke(app, ["queue"], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    head = next(i for i, line in enumerate(lines) if f"trial {trial} " in line)
+    assert lines[head].split()[:3] == ["1", "trial", str(trial)]
+    assert "narrow" in lines[head]
+    assert "waiting" in lines[head]
+    below = " ".join(line.strip() for line in lines[head + 1 :])
+    assert below.startswith(reason)
+    assert len(lines) - head - 1 <= 4  # the reason wraps at the full width, not in a column
+
+
 def test_priority_changes_and_is_shown_in_the_queue(cli: Cli, live: LiveServer) -> None:
     trial_id = submit(live)["trials"][0]["id"]
     result = cli("priority", str(trial_id), "HIGH")

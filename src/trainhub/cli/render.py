@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.padding import Padding
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -441,6 +442,28 @@ def next_steps(lines: list[tuple[str, str]]) -> Text:
 PRIORITY_STYLES = {"low": "dim", "high": "bold", "urgent": "bold red"}
 
 
+def _queue_cells(t: JSON, experiments: Mapping[int, JSON], now: float | None) -> list[Any]:
+    """One queued trial's cells: position, trial, experiment, tenant, owner, priority, waiting,
+    pending reason."""
+    experiment = experiments.get(t["experiment_id"]) or {}
+    name = experiment.get("name")
+    position = t.get("queue_position")
+    if t["state"] == "PAUSED":
+        reason = Text("paused", style=STATE_STYLES["PAUSED"])
+    else:
+        reason = Text(t.get("pending_reason") or "waiting for the scheduler's next pass")
+    return [
+        "-" if position is None else str(position),
+        str(t["id"]),
+        Text(f"{t['experiment_id']} {name}" if name else str(t["experiment_id"])),
+        Text(t["tenant"]),
+        Text(experiment.get("owner") or "-"),
+        Text(t["priority"], style=PRIORITY_STYLES.get(t["priority"], "")),
+        span(t["submitted_at"], None, now),
+        reason,
+    ]
+
+
 def queue_table(
     trials: Sequence[JSON], experiments: Mapping[int, JSON], now: float | None = None
 ) -> Table:
@@ -459,24 +482,46 @@ def queue_table(
     ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for t in trials:
-        experiment = experiments.get(t["experiment_id"]) or {}
-        name = experiment.get("name")
-        position = t.get("queue_position")
-        if t["state"] == "PAUSED":
-            reason = Text("paused", style=STATE_STYLES["PAUSED"])
-        else:
-            reason = Text(t.get("pending_reason") or "waiting for the scheduler's next pass")
-        table.add_row(
-            "-" if position is None else str(position),
-            str(t["id"]),
-            Text(f"{t['experiment_id']} {name}" if name else str(t["experiment_id"])),
-            Text(t["tenant"]),
-            Text(experiment.get("owner") or "-"),
-            Text(t["priority"], style=PRIORITY_STYLES.get(t["priority"], "")),
-            span(t["submitted_at"], None, now),
-            reason,
-        )
+        table.add_row(*_queue_cells(t, experiments, now))
     return table
+
+
+class QueueView:
+    """The queue as :func:`queue_table` where the terminal is wide enough for its reasons; on a
+    narrower one, each trial as one line of its facts with its pending reason below it, at the
+    full width (the reason is what one reads the queue for, and a table squeezes it into a
+    column a dozen characters wide)."""
+
+    WIDE = 120
+
+    def __init__(
+        self, trials: Sequence[JSON], experiments: Mapping[int, JSON], now: float | None = None
+    ) -> None:
+        self.trials = trials
+        self.experiments = experiments
+        self.now = now
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if options.max_width >= self.WIDE:
+            yield queue_table(self.trials, self.experiments, self.now)
+            return
+        for t in self.trials:
+            position, trial, experiment, tenant, owner, priority, waiting, reason = _queue_cells(
+                t, self.experiments, self.now
+            )
+            yield Text.assemble(
+                (f"{position:>3} ", "bold"),
+                f"trial {trial}  ",
+                experiment,
+                "  ",
+                tenant,
+                "/",
+                owner,
+                "  ",
+                priority,
+                f"  waiting {waiting}",
+            )
+            yield Padding(reason, (0, 0, 0, 6))
 
 
 def slot_hours(value: float) -> str:

@@ -31,7 +31,7 @@ def queue() -> None:
     it was submitted, and why it is not running yet. When tenant guarantees add up to more
     than the cluster, a note says they are scaled down.
     """
-    from trainhub.cli.render import queue_table
+    from trainhub.cli.render import QueueView
 
     with connect() as client:
         page = client.queue()
@@ -46,7 +46,7 @@ def queue() -> None:
     if not trials:
         out.print("the queue is empty")
         return
-    out.print(queue_table(trials, experiments))
+    out.print(QueueView(trials, experiments), soft_wrap=False)
 
 
 def priority(
