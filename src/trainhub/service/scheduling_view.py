@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from trainhub.core.entitlement import EntitlementLedger, Interval
 from trainhub.core.fairshare import DecayedUsage, scaled_guarantees
-from trainhub.core.resources import Node, ResourceRequest
+from trainhub.core.resources import Node, ResourceRequest, total_slots
 from trainhub.core.scheduling import BasePolicy, Snapshot
 from trainhub.core.scheduling.snapshot import TenantShare
 from trainhub.core.scheduling.view import (
@@ -168,20 +168,21 @@ class SchedulingView:
         trials (healthy, not cordoned) and its hottest GPU's temperature.
         """
         tenant_usage = dict(self.usage) if self.usage.initialized else {}
-        tenants = {
-            t.name: TenantShare(t.guaranteed_slots, t.limit_slots, t.weight)
-            for t in repo.list_tenants()
-        }
-        node_list = cluster_nodes()
-        ledger = self._ledger(repo, tenants, node_list, now)
         if not queued:
-            if ledger is not None:  # nothing waits: every tenant demands what it holds
+            # nothing waits: every tenant demands what it holds (the guarantees, which need the
+            # tenants and the cluster's nodes, are read again at the next tick with a queue)
+            if self.standing is not None:
+                if not self._standing_rebuilt:
+                    self._ledger(repo, self._tenants(repo), cluster_nodes(), now)
                 held: dict[str, float] = {}
                 for trial in active:
                     slots = self._request(trial.experiment_id, specs[trial.experiment_id]).num_slots
                     held[trial.tenant] = held.get(trial.tenant, 0.0) + slots
-                ledger.observe(held, held, now)
+                self.standing.observe(held, held, now)
             return None
+        tenants = self._tenants(repo)
+        node_list = cluster_nodes()
+        ledger = self._ledger(repo, tenants, node_list, now)
         ids = [t.id for t in active]
         attempts = repo.open_attempts(ids)
         current = [t.id for t in (*queued, *active)]
@@ -238,6 +239,13 @@ class SchedulingView:
         ledger.observe(held_now, demand_now, now)
         return replace(snapshot, tenant_standing=ledger.standing(now))
 
+    @staticmethod
+    def _tenants(repo: Repository) -> dict[str, TenantShare]:
+        return {
+            t.name: TenantShare(t.guaranteed_slots, t.limit_slots, t.weight)
+            for t in repo.list_tenants()
+        }
+
     def started(
         self, trials: Sequence[Trial], specs: Mapping[int, ExperimentSpec], now: float
     ) -> None:
@@ -273,11 +281,9 @@ class SchedulingView:
         ledger = self.standing
         if ledger is None:
             return None
-        # the slots the policy scales guarantees to (NodePool.total_slots)
-        alive = [n for n in nodes if n.alive]
-        total = sum(n.total_gpus for n in alive) or sum(int(n.total_cpus) for n in alive)
         guarantees = {t: s.guaranteed_slots for t, s in tenants.items()}
-        scaled = scaled_guarantees(guarantees, total)
+        # scaled to the slots the policy scales them to
+        scaled = scaled_guarantees(guarantees, total_slots(nodes))
         if not self._standing_rebuilt:
             self._rebuild_standing(repo, ledger, scaled, now)
             self._standing_rebuilt = True
