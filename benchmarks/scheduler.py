@@ -7,7 +7,9 @@ GPUs, windows of each trace at 0.7x, 1x and 1.5x of the cluster's capacity (see
 utilisation, preemptions_per_job, wall_s`` (ratios against FIFO on the same window, same run;
 the policies see the duration estimates the server makes, ``SimConfig.estimated_durations``);
 then decision-latency lines (1,000 nodes, 5,000 waiting trials; ``service`` is the server's
-mode, measured while the sweep's simulations run beside it: the contention it creates).
+mode: the records a tick reads, new objects each time, through ``SchedulingView``'s facts, the
+snapshot builder and the policy, measured while the sweep's simulations run beside it: the
+contention it creates).
 Not part of the test run.
 
     .venv/bin/python benchmarks/scheduler.py --jobs 2           # the whole sweep (minutes)
@@ -22,6 +24,7 @@ pod list (cluster-trace-gpu-v2023), ../shared/traces.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import random
@@ -43,9 +46,11 @@ from trainhub.core.scheduling import (
     create_policy,
     split_decisions,
 )
-from trainhub.core.scheduling.view import NodeFacts, SnapshotBuilder, TrialFacts, tenant_load
-from trainhub.core.spec import Priority
+from trainhub.core.scheduling.view import tenant_load
+from trainhub.core.spec import ExperimentSpec, Priority, parse_spec
 from trainhub.core.states import TrialState
+from trainhub.service.records import Attempt, CheckpointTimes, Trial
+from trainhub.service.scheduling_view import SchedulingView
 from trainhub.sim.cluster import ClusterSpec
 from trainhub.sim.engine import SimConfig
 from trainhub.sim.runner import guarantees_from_demand, load_trace, simulate
@@ -134,13 +139,68 @@ def _queued(rng: random.Random, trial_id: int, tenants: list[str]) -> QueuedTria
     )
 
 
+def _spec(workers: int) -> ExperimentSpec:
+    return parse_spec(
+        f"name: job\nentrypoint: train.py\nresources: {{workers: {workers}, gpus_per_worker: 1, "
+        "cpus_per_worker: 1}\n"
+    )
+
+
+def _trial(
+    trial_id: int, tenant: str, experiment_id: int, state: TrialState, **times: float
+) -> Trial:
+    """A trial as the repository reads it."""
+    return Trial(
+        id=trial_id,
+        experiment_id=experiment_id,
+        tenant=tenant,
+        state=state,
+        hparams={"lr": 0.1},
+        priority="normal",
+        submitted_at=times.get("submitted_at", 0.0),
+        queued_at=times.get("queued_at", 0.0),
+        started_at=None,
+        ended_at=None,
+        pending_reason="waiting",
+        num_attempts=1,
+        num_restarts=0,
+        stop_reason=None,
+        cancel_requested=False,
+        latest_metrics={"loss": 0.5},
+        progress={},
+        message=None,
+        attained_service=times.get("attained_service", 0.0),
+    )
+
+
+def _attempt(trial_id: int, placement: tuple[str, ...], started_at: float) -> Attempt:
+    return Attempt(
+        id=trial_id,
+        trial_id=trial_id,
+        number=1,
+        key=f"t{trial_id}-1",
+        placement=placement,
+        restored_checkpoint_id=None,
+        token_id=None,
+        outcome=None,
+        exit_codes=(),
+        detail=None,
+        created_at=started_at,
+        started_at=started_at,
+        ended_at=None,
+        num_slots=len(placement),
+    )
+
+
 def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, object]:
     """The server's mode through the server's own path: every tick the control loop reads all
-    queued and active trials and the nodes afresh as facts and builds the snapshot with
-    :class:`SnapshotBuilder` (which reuses what did not change); since the last tick 1% of the
-    queue changed (25 left, 25 arrived) and 25 running trials were replaced. The time counts
-    the build and the decision, and for a policy that reads tenant standings (fair's reclaim
-    patience) the ledger's update from every trial, as :class:`SchedulingView` makes it."""
+    queued and active trials, their open attempts and checkpoints and the executor's nodes
+    afresh (new record objects, as a database read makes them; the reads themselves are not
+    counted), :class:`SchedulingView` turns them into facts, the snapshot builder diffs them
+    against the last tick, the standings are updated (a policy with reclaim patience) and the
+    policy decides. Since the last tick 1% of the queue changed (25 left, 25 arrived) and 25
+    running trials were replaced. The time counts all of that; ``facts_ms``, ``build_ms`` and
+    ``decide_ms`` split the median."""
     rng = random.Random(seed)
     nodes, running, tenants = _latency_cluster(rng)
     queue = [_queued(rng, 100_000 + i, tenants) for i in range(5000)]
@@ -148,71 +208,95 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
     shares = {t: TenantShare(guaranteed_slots=total // len(tenants)) for t in tenants}
     usage = {t: rng.uniform(0, 1e7) for t in tenants}
     policy = create_policy(policy_name)
-    builder = SnapshotBuilder.for_policy(policy)
-    node_facts = [NodeFacts.of(n) for n in nodes]
+    view = SchedulingView(policy, half_life_s=7 * 24 * 3600.0)
+    # one experiment per gang size; every trial's spec is its experiment's
+    specs = {w: _spec(w) for w in {q.request.num_slots for q in queue} | {8}}
+    for r in running:
+        specs.setdefault(r.request.num_slots, _spec(r.request.num_slots))
 
-    def queued_facts(q: QueuedTrial) -> TrialFacts:
-        return TrialFacts(
-            trial_id=q.trial_id,
-            tenant=q.tenant,
-            state=TrialState.QUEUED,
-            request=q.request,
-            priority=q.priority,
-            queued_at=q.queued_at,
+    def queued_record(q: QueuedTrial) -> Trial:
+        return _trial(
+            q.trial_id,
+            q.tenant,
+            q.request.num_slots,
+            TrialState.QUEUED,
             submitted_at=q.submitted_at,
+            queued_at=q.queued_at,
             attained_service=q.attained_service,
         )
 
-    def running_facts(r: RunningTrial) -> TrialFacts:
-        return TrialFacts(
-            trial_id=r.trial_id,
-            tenant=r.tenant,
-            state=TrialState.RUNNING,
-            request=r.request,
-            placement=r.placement,
-            attempt_started_at=r.started_at,
+    def running_record(r: RunningTrial) -> tuple[Trial, Attempt]:
+        trial = _trial(
+            r.trial_id,
+            r.tenant,
+            r.request.num_slots,
+            TrialState.RUNNING,
             attained_service=r.attained_service,
-            checkpoint_every_s=1800.0,
         )
+        return trial, _attempt(r.trial_id, r.placement, r.started_at)
 
-    waiting = [queued_facts(q) for q in queue]
-    active = [running_facts(r) for r in running]
+    waiting = [queued_record(q) for q in queue]
+    active = [running_record(r) for r in running]
+    checkpoints = {
+        t.id: CheckpointTimes(t.id, 1, a.created_at + 600.0, 1800.0) for t, a in active[::2]
+    }
     half_life = policy.standing_half_life_s
     ledger = EntitlementLedger(half_life) if half_life is not None else None
+    # per tick: seconds to make the facts, to build the snapshot (and standings), to decide;
+    # and the CPU seconds of all three
+    split: list[tuple[float, float, float]] = []
+    cpu: list[float] = []
 
     def decide(now: float) -> None:
-        snap = builder.build(now, [*waiting, *active], node_facts, shares, usage)
-        if ledger is not None:  # as SchedulingView: standings off the snapshot's indexes
-            held, demand = tenant_load(snap)
-            ledger.observe(held, demand, now)
-            snap = replace(snap, tenant_standing=ledger.standing(now))
-        split_decisions(policy.decide(snap))
+        # what the database read returns: equal records, new objects (not counted)
+        queued = [copy.copy(t) for t in waiting]
+        trials = [copy.copy(t) for t, _ in active]
+        attempts = {a.trial_id: copy.copy(a) for _, a in active}
+        times = {i: copy.copy(c) for i, c in checkpoints.items()}
+        listed = [replace(n) for n in nodes]
+        # as the control loop does: no cyclic collection inside the build and the decision
+        with collection_paused():
+            c0, t0 = time.process_time(), time.perf_counter()
+            facts = view.facts(queued, trials, specs, attempts, {}, times)
+            node_facts = view.node_facts(listed)
+            t1 = time.perf_counter()
+            snap = view.builder.build(now, facts, node_facts, shares, usage)
+            if ledger is not None:  # as SchedulingView: standings off the snapshot's indexes
+                held, demand = tenant_load(snap)
+                ledger.observe(held, demand, now)
+                snap = replace(snap, tenant_standing=ledger.standing(now))
+            t2 = time.perf_counter()
+            split_decisions(policy.decide(snap))
+            split.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+            cpu.append(time.process_time() - c0)
 
     now = 100_000.0
     decide(now)
+    split.clear()
+    cpu.clear()
     next_id = 300_000
-    times: list[float] = []
-    cpu: list[float] = []
     for _ in range(repeats):
         for _ in range(25):
             waiting.pop(rng.randrange(len(waiting)))
-            waiting.append(queued_facts(_queued(rng, next_id, tenants)))
+            waiting.append(queued_record(_queued(rng, next_id, tenants)))
             next_id += 1
             at = rng.randrange(len(active))
-            active[at] = replace(active[at], trial_id=next_id, tenant=rng.choice(tenants))
+            trial, attempt = active[at]
+            active[at] = (
+                replace(trial, id=next_id, tenant=rng.choice(tenants)),
+                replace(attempt, id=next_id, trial_id=next_id),
+            )
             next_id += 1
         now += 1.0
-        t0, c0 = time.perf_counter(), time.process_time()
-        # as the control loop does: no cyclic collection inside the build and the decision
-        with collection_paused():
-            decide(now)
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    times.sort()
+        decide(now)
+    times = sorted(sum(parts) for parts in split)
     cpu.sort()
 
     def p99(values: list[float]) -> float:
         return round(values[min(len(values) - 1, int(0.99 * len(values)))] * 1e3, 2)
+
+    def median_ms(at: int) -> float:
+        return round(statistics.median(parts[at] for parts in split) * 1e3, 2)
 
     return {
         "cell": "latency-1000x8-5000queued",
@@ -226,6 +310,9 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
         # CPU time of this process: the decision's own cost, whatever else shares the machine
         "median_cpu_ms": round(statistics.median(cpu) * 1e3, 2),
         "p99_cpu_ms": p99(cpu),
+        "facts_ms": median_ms(0),
+        "build_ms": median_ms(1),
+        "decide_ms": median_ms(2),
         "load_average_1m": round(os.getloadavg()[0], 1),
         "target_median_ms": 10.0,
         "target_p99_ms": 50.0,
