@@ -351,3 +351,30 @@ def test_a_search_stays_active_between_its_trials(rig: Rig) -> None:
         refresh_experiment_state(repo, experiment_id, rig.clock())
     state = rig.experiments.get(rig.admin, experiment_id).experiment.state
     assert state == ExperimentState.ACTIVE
+
+
+def test_raising_max_trials_revives_a_finished_search(rig: Rig) -> None:
+    spec = ASHA.replace(
+        "max_trials: 12, max_concurrent_trials: 3", "max_trials: 2, max_concurrent_trials: 2"
+    )
+    experiment_id = rig.experiments.submit(rig.admin, spec, None, None).experiment.id
+    rig.tick()
+    rig.tick()
+    for trial in trials_of(rig, experiment_id):
+        rig.executor.exit(trial.id, 0)
+    for _ in range(3):
+        rig.tick()
+    finished = rig.steering.progress(rig.admin, experiment_id).search
+    assert finished is not None
+    assert finished.state == SearchState.FINISHED
+    revived = rig.steering.set_limits(
+        rig.admin, experiment_id, max_trials=3, max_concurrent_trials=None
+    ).search
+    assert revived is not None
+    assert (revived.state, revived.max_trials, revived.max_concurrent_trials) == (
+        SearchState.RUNNING,
+        3,
+        2,
+    )
+    rig.tick()
+    assert len(trials_of(rig, experiment_id)) == 3

@@ -204,7 +204,8 @@ class Keep(Enum):
 KEEP: Literal[Keep.KEEP] = Keep.KEEP
 
 
-def _changes(update: object) -> dict[str, Any]:
+def changes_of(update: object) -> dict[str, Any]:
+    """The fields of a typed update (a frozen dataclass) that are not :data:`KEEP`, by name."""
     return {
         f.name: getattr(update, f.name)
         for f in fields(update)  # type: ignore[arg-type]
@@ -237,7 +238,7 @@ class TrialUpdate:
 
     def changes(self) -> dict[str, Any]:
         """The columns this update writes, by name."""
-        return _changes(self)
+        return changes_of(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,7 +254,7 @@ class AttemptUpdate:
     terminate_sent_at: float | Keep | None = KEEP
 
     def changes(self) -> dict[str, Any]:
-        return _changes(self)
+        return changes_of(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -269,7 +270,7 @@ class TenantUpdate:
     max_storage_bytes: int | Keep | None = KEEP
 
     def changes(self) -> dict[str, Any]:
-        return _changes(self)
+        return changes_of(self)
 
 
 # ---------------------------------------------------------------- scheduler facts

@@ -55,7 +55,9 @@ from trainhub.service.search_ports import (
     SearchState,
     SearchTx,
     SearchUnitOfWork,
+    SearchUpdate,
     SteeredTrial,
+    SteeredUpdate,
     StopIntent,
     StudyConfig,
     TellState,
@@ -260,9 +262,11 @@ class SearchService:
             with self.uow() as tx:
                 tx.search.update_steered(
                     trial_id,
-                    reported_step=last_step,
-                    best_value=best,
-                    extra={**link.extra, "score": last_value, "step": last_step},
+                    SteeredUpdate(
+                        reported_step=last_step,
+                        best_value=best,
+                        extra={**link.extra, "score": last_value, "step": last_step},
+                    ),
                 )
                 if stop is not None:
                     self._request_stop(tx, trial, StopIntent.PRUNE, stop)
@@ -271,7 +275,7 @@ class SearchService:
     def _request_stop(self, tx: SearchTx, trial: Trial, intent: StopIntent, why: str) -> None:
         """Ask a live trial to stop; the control loop ends it (PRUNED) once it has exited."""
         now = self.clock()
-        tx.search.update_steered(trial.id, stop_intent=intent, stop_detail=why)
+        tx.search.update_steered(trial.id, SteeredUpdate(stop_intent=intent, stop_detail=why))
         if trial.state in (TrialState.QUEUED, TrialState.PAUSED):
             update = TrialUpdate(
                 state=TrialState.CANCELED, ended_at=now, pending_reason=None, message=why
@@ -296,7 +300,7 @@ class SearchService:
                     state = TellState.FAIL
                 self.backend.tell(study, link.backend_id, state, link.best_value)
             with self.uow() as tx:
-                tx.search.update_steered(trial_id, told=True)
+                tx.search.update_steered(trial_id, SteeredUpdate(told=True))
             report.told.append(trial_id)
 
     # ---------------------------------------------------------------- making trials
@@ -315,7 +319,9 @@ class SearchService:
                 with self.uow() as tx:
                     for params in batch:
                         report.created.append(self._add_trial(tx, view, params, None).trial_id)
-                    tx.search.update_search(search.experiment_id, rng_state=search.rng_state + 1)
+                    tx.search.update_search(
+                        search.experiment_id, SearchUpdate(rng_state=search.rng_state + 1)
+                    )
             return
         if live >= search.max_concurrent_trials or made >= search.max_trials:
             return  # no room: do not even ask the backend what is pending
@@ -431,13 +437,16 @@ class SearchService:
         with self.uow() as tx:
             for decision in decisions:
                 if isinstance(decision, pbt.Continue):
-                    tx.search.update_steered(decision.trial_id, due_step=decision.due_step)
+                    tx.search.update_steered(
+                        decision.trial_id, SteeredUpdate(due_step=decision.due_step)
+                    )
                     continue
                 if made >= view.search.max_trials:
                     # the search has spent its trials: the member trains on
                     step = int(view.links[decision.trial_id].extra.get("step", 0))
                     tx.search.update_steered(
-                        decision.trial_id, due_step=step + searcher.perturbation_interval
+                        decision.trial_id,
+                        SteeredUpdate(due_step=step + searcher.perturbation_interval),
                     )
                     continue
                 trial = view.trials[decision.trial_id]
@@ -458,7 +467,9 @@ class SearchService:
                 self._copy_checkpoint(tx, decision, link.trial_id)
                 report.created.append(link.trial_id)
                 made += 1
-            tx.search.update_search(view.search.experiment_id, rng_state=view.search.rng_state + 1)
+            tx.search.update_search(
+                view.search.experiment_id, SearchUpdate(rng_state=view.search.rng_state + 1)
+            )
 
     def _copy_checkpoint(self, tx: SearchTx, decision: pbt.Exploit, child_id: int) -> None:
         """Give a new PBT member the donor's checkpoint as its own first checkpoint.
@@ -506,7 +517,7 @@ class SearchService:
             return
         with self.uow() as tx:
             state = SearchState.KILLED if canceled else SearchState.FINISHED
-            tx.search.update_search(search.experiment_id, state=state)
+            tx.search.update_search(search.experiment_id, SearchUpdate(state=state))
             refresh_experiment_state(tx.repo, search.experiment_id, self.clock(), search_done=True)
         report.finished.append(search.experiment_id)
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from trainhub.core.search_space import SearchSpace
 from trainhub.core.states import TrialState
-from trainhub.service.records import Trial
+from trainhub.service.records import KEEP, Keep, Trial, changes_of
 from trainhub.service.repository import Repository
 
 
@@ -126,6 +126,39 @@ class SteeredTrial:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchUpdate:
+    """Columns of a search to change (:data:`KEEP` leaves one as it is)."""
+
+    state: SearchState | Keep = KEEP
+    max_trials: int | Keep = KEEP
+    max_concurrent_trials: int | Keep = KEEP
+    rng_state: int | Keep = KEEP
+
+    def changes(self) -> dict[str, Any]:
+        return changes_of(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SteeredUpdate:
+    """Columns of a steered trial to change (:data:`KEEP` leaves one as it is)."""
+
+    backend_id: int | Keep | None = KEEP
+    number: int | Keep | None = KEEP
+    reported_step: int | Keep = KEEP
+    best_value: float | Keep | None = KEEP
+    told: bool | Keep = KEEP
+    stop_intent: StopIntent | Keep | None = KEEP
+    stop_detail: str | Keep | None = KEEP
+    warm_start_checkpoint_id: int | Keep | None = KEEP
+    parent_trial_id: int | Keep | None = KEEP
+    due_step: int | Keep = KEEP
+    extra: dict[str, Any] | Keep = KEEP
+
+    def changes(self) -> dict[str, Any]:
+        return changes_of(self)
+
+
 @dataclass(frozen=True)
 class SpecTemplate:
     """A named spec of a tenant (and the code context it was saved with), to submit again."""
@@ -147,12 +180,12 @@ class SearchRepository(Protocol):
 
     def get_search(self, experiment_id: int) -> SearchRecord | None: ...
     def searches_in_states(self, states: Sequence[SearchState]) -> list[SearchRecord]: ...
-    def update_search(self, experiment_id: int, **fields: Any) -> SearchRecord: ...
+    def update_search(self, experiment_id: int, update: SearchUpdate) -> SearchRecord: ...
 
     def add_steered(self, record: SteeredTrial) -> SteeredTrial: ...
     def get_steered(self, trial_id: int) -> SteeredTrial | None: ...
     def list_steered(self, experiment_id: int) -> list[SteeredTrial]: ...
-    def update_steered(self, trial_id: int, **fields: Any) -> SteeredTrial: ...
+    def update_steered(self, trial_id: int, update: SteeredUpdate) -> SteeredTrial: ...
 
     def save_template(self, template: SpecTemplate) -> SpecTemplate:
         """Create or replace the tenant's template of that name."""

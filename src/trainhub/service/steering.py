@@ -36,7 +36,7 @@ from trainhub.service.clock import Clock
 from trainhub.service.context_archive import check_context
 from trainhub.service.experiments import ExperimentDetail, ExperimentService
 from trainhub.service.ports import ArtifactStore, Principal
-from trainhub.service.records import AttemptUpdate, Experiment, Trial, TrialUpdate
+from trainhub.service.records import KEEP, AttemptUpdate, Experiment, Trial, TrialUpdate
 from trainhub.service.search import is_better, study_config
 from trainhub.service.search_ports import (
     SearchBackend,
@@ -44,8 +44,10 @@ from trainhub.service.search_ports import (
     SearchState,
     SearchTx,
     SearchUnitOfWork,
+    SearchUpdate,
     SpecTemplate,
     SteeredTrial,
+    SteeredUpdate,
     StopIntent,
 )
 from trainhub.service.trial_writes import write_trial
@@ -166,7 +168,7 @@ class SteeringService:
             if tx.search.get_search(experiment_id) is not None:
                 search = tx.search.get_search(experiment_id)
                 if search is not None and search.state == SearchState.RUNNING:
-                    tx.search.update_search(experiment_id, state=SearchState.PAUSED)
+                    tx.search.update_search(experiment_id, SearchUpdate(state=SearchState.PAUSED))
             for trial in tx.repo.list_trials(experiment.id):
                 if not trial.state.is_terminal and trial.state != TrialState.PAUSED:
                     self._pause(tx, principal, trial)
@@ -178,7 +180,7 @@ class SteeringService:
             experiment = self._writable_experiment(tx, principal, experiment_id)
             search = tx.search.get_search(experiment_id)
             if search is not None and search.state == SearchState.PAUSED:
-                tx.search.update_search(experiment_id, state=SearchState.RUNNING)
+                tx.search.update_search(experiment_id, SearchUpdate(state=SearchState.RUNNING))
             for trial in tx.repo.list_trials(experiment.id):
                 if trial.state == TrialState.PAUSED or (
                     trial.state == TrialState.PREEMPTING and self._pausing(tx, trial.id)
@@ -207,7 +209,9 @@ class SteeringService:
         link = self._steered(tx, trial)
         if link.stop_intent == StopIntent.PRUNE:
             return trial  # it is ending anyway
-        tx.search.update_steered(trial.id, stop_intent=StopIntent.PAUSE, stop_detail=why)
+        tx.search.update_steered(
+            trial.id, SteeredUpdate(stop_intent=StopIntent.PAUSE, stop_detail=why)
+        )
         if trial.state == TrialState.QUEUED:
             update = TrialUpdate(
                 state=TrialState.PAUSED, pending_reason=f"{why}; resume to queue it again"
@@ -226,7 +230,7 @@ class SteeringService:
     def _resume(self, tx: SearchTx, principal: Principal, trial: Trial) -> Trial:
         now = self.clock()
         why = f"resumed by {principal.username}"
-        tx.search.update_steered(trial.id, stop_intent=None, stop_detail=None)
+        tx.search.update_steered(trial.id, SteeredUpdate(stop_intent=None, stop_detail=None))
         if trial.state == TrialState.PAUSED:
             update = TrialUpdate(
                 state=TrialState.QUEUED,
@@ -251,7 +255,7 @@ class SteeringService:
         with self.uow() as tx:
             search = tx.search.get_search(experiment_id)
             if search is not None and search.state != SearchState.FINISHED:
-                tx.search.update_search(experiment_id, state=SearchState.KILLED)
+                tx.search.update_search(experiment_id, SearchUpdate(state=SearchState.KILLED))
 
     def set_limits(
         self,
@@ -277,16 +281,19 @@ class SteeringService:
                 )
             if search.state == SearchState.KILLED:
                 raise Conflict(f"the search of experiment {experiment_id} was killed")
-            fields: dict[str, Any] = {}
-            if max_trials is not None:
-                fields["max_trials"] = max_trials
-                made = len(tx.search.list_steered(experiment_id))
-                if search.state == SearchState.FINISHED and max_trials > made:
-                    fields["state"] = SearchState.RUNNING
-            if max_concurrent_trials is not None:
-                fields["max_concurrent_trials"] = max_concurrent_trials
-            if fields:
-                tx.search.update_search(experiment_id, **fields)
+            revive = max_trials is not None and (
+                search.state == SearchState.FINISHED
+                and max_trials > len(tx.search.list_steered(experiment_id))
+            )
+            update = SearchUpdate(
+                max_trials=KEEP if max_trials is None else max_trials,
+                max_concurrent_trials=(
+                    KEEP if max_concurrent_trials is None else max_concurrent_trials
+                ),
+                state=SearchState.RUNNING if revive else KEEP,
+            )
+            if update.changes():
+                tx.search.update_search(experiment_id, update)
         self.experiments.wake_scheduler()
         return self.progress(principal, experiment_id)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
@@ -18,13 +17,12 @@ from trainhub.core.errors import NotFound
 from trainhub.service.search_ports import (
     SearchRecord,
     SearchState,
+    SearchUpdate,
     SpecTemplate,
     SteeredTrial,
+    SteeredUpdate,
     StopIntent,
 )
-
-_SEARCH_FIELDS = {f.name for f in dataclasses.fields(SearchRecord)} - {"experiment_id"}
-_STEERED_FIELDS = {f.name for f in dataclasses.fields(SteeredTrial)} - {"trial_id"}
 
 
 def _search(row: SearchRow) -> SearchRecord:
@@ -54,12 +52,6 @@ def _steered(row: SteeredTrialRow) -> SteeredTrial:
         due_step=row.due_step,
         extra=dict(row.extra or {}),
     )
-
-
-def _check_fields(fields: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(fields) - allowed)
-    if unknown:
-        raise TypeError(f"unknown fields {unknown}; allowed: {sorted(allowed)}")
 
 
 class SqlSearchRepository:
@@ -99,12 +91,11 @@ class SqlSearchRepository:
         )
         return [_search(r) for r in rows]
 
-    def update_search(self, experiment_id: int, **fields: Any) -> SearchRecord:
-        _check_fields(fields, _SEARCH_FIELDS)
+    def update_search(self, experiment_id: int, update: SearchUpdate) -> SearchRecord:
         row = self.s.get(SearchRow, experiment_id)
         if row is None:
             raise NotFound(f"experiment {experiment_id} is not a search")
-        for key, value in fields.items():
+        for key, value in update.changes().items():
             setattr(row, key, value.value if isinstance(value, SearchState) else value)
         self.s.flush()
         return _search(row)
@@ -129,12 +120,11 @@ class SqlSearchRepository:
         )
         return [_steered(r) for r in rows]
 
-    def update_steered(self, trial_id: int, **fields: Any) -> SteeredTrial:
-        _check_fields(fields, _STEERED_FIELDS)
+    def update_steered(self, trial_id: int, update: SteeredUpdate) -> SteeredTrial:
         row = self.s.get(SteeredTrialRow, trial_id)
         if row is None:
             raise NotFound(f"trial {trial_id} has no search record")
-        for key, value in fields.items():
+        for key, value in update.changes().items():
             setattr(row, key, value.value if isinstance(value, StopIntent) else value)
         self.s.flush()
         return _steered(row)
