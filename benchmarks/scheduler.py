@@ -24,7 +24,6 @@ pod list (cluster-trace-gpu-v2023), ../shared/traces.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import random
@@ -33,7 +32,9 @@ import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
+from enum import Enum
 from pathlib import Path
+from typing import TypeVar, cast
 
 from trainhub.core.entitlement import EntitlementLedger
 from trainhub.core.gcpause import collection_paused
@@ -49,7 +50,7 @@ from trainhub.core.scheduling import (
 from trainhub.core.scheduling.view import tenant_load
 from trainhub.core.spec import ExperimentSpec, Priority, parse_spec
 from trainhub.core.states import TrialState
-from trainhub.service.records import Attempt, CheckpointTimes, Trial
+from trainhub.service.records import Attempt, CheckpointTimes, SchedulingRecord
 from trainhub.service.scheduling_view import SchedulingView
 from trainhub.sim.cluster import ClusterSpec
 from trainhub.sim.engine import SimConfig
@@ -146,30 +147,55 @@ def _spec(workers: int) -> ExperimentSpec:
     )
 
 
-def _trial(
+_V = TypeVar("_V")
+
+
+def _record(
     trial_id: int, tenant: str, experiment_id: int, state: TrialState, **times: float
-) -> Trial:
-    """A trial as the repository reads it."""
-    return Trial(
+) -> SchedulingRecord:
+    """A trial's scheduling columns as the repository reads them."""
+    return SchedulingRecord(
         id=trial_id,
         experiment_id=experiment_id,
         tenant=tenant,
         state=state,
-        hparams={"lr": 0.1},
         priority="normal",
         submitted_at=times.get("submitted_at", 0.0),
         queued_at=times.get("queued_at", 0.0),
-        started_at=None,
-        ended_at=None,
-        pending_reason="waiting",
-        num_attempts=1,
-        num_restarts=0,
-        stop_reason=None,
-        cancel_requested=False,
-        latest_metrics={"loss": 0.5},
-        progress={},
-        message=None,
         attained_service=times.get("attained_service", 0.0),
+        progress_s=0.0,
+        pending_reason="waiting for 4 GPUs",
+        queue_position=None,
+    )
+
+
+def _new(value: _V) -> _V:
+    """An equal value as a new object, as a database read returns it (strings and numbers are
+    not the ones of the last read; enum members and the tenant names it maps ids to are)."""
+    fresh: object = value
+    if isinstance(value, Enum | bool):
+        pass
+    elif isinstance(value, str):
+        fresh = (value + ".")[:-1]
+    elif isinstance(value, int):
+        fresh = value + 0
+    elif isinstance(value, float):
+        fresh = value + 0.0
+    elif isinstance(value, tuple):
+        fresh = tuple(_new(v) for v in value)
+    return cast("_V", fresh)
+
+
+def _reread(record: SchedulingRecord) -> SchedulingRecord:
+    return SchedulingRecord._make(v if v is record.tenant else _new(v) for v in record)
+
+
+def _reread_attempt(attempt: Attempt) -> Attempt:
+    return replace(
+        attempt,
+        id=_new(attempt.id),
+        created_at=_new(attempt.created_at),
+        placement=_new(attempt.placement),
     )
 
 
@@ -214,8 +240,8 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
     for r in running:
         specs.setdefault(r.request.num_slots, _spec(r.request.num_slots))
 
-    def queued_record(q: QueuedTrial) -> Trial:
-        return _trial(
+    def queued_record(q: QueuedTrial) -> SchedulingRecord:
+        return _record(
             q.trial_id,
             q.tenant,
             q.request.num_slots,
@@ -225,8 +251,8 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
             attained_service=q.attained_service,
         )
 
-    def running_record(r: RunningTrial) -> tuple[Trial, Attempt]:
-        trial = _trial(
+    def running_record(r: RunningTrial) -> tuple[SchedulingRecord, Attempt]:
+        trial = _record(
             r.trial_id,
             r.tenant,
             r.request.num_slots,
@@ -249,10 +275,10 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
 
     def decide(now: float) -> None:
         # what the database read returns: equal records, new objects (not counted)
-        queued = [copy.copy(t) for t in waiting]
-        trials = [copy.copy(t) for t, _ in active]
-        attempts = {a.trial_id: copy.copy(a) for _, a in active}
-        times = {i: copy.copy(c) for i, c in checkpoints.items()}
+        queued = [_reread(t) for t in waiting]
+        trials = [_reread(t) for t, _ in active]
+        attempts = {a.trial_id: _reread_attempt(a) for _, a in active}
+        times = {i: replace(c, last_at=_new(c.last_at)) for i, c in checkpoints.items()}
         listed = [replace(n) for n in nodes]
         # as the control loop does: no cyclic collection inside the build and the decision
         with collection_paused():
@@ -283,7 +309,7 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
             at = rng.randrange(len(active))
             trial, attempt = active[at]
             active[at] = (
-                replace(trial, id=next_id, tenant=rng.choice(tenants)),
+                trial._replace(id=next_id, tenant=rng.choice(tenants)),
                 replace(attempt, id=next_id, trial_id=next_id),
             )
             next_id += 1

@@ -277,3 +277,38 @@ def test_trial_demand_lists_the_trials_that_waited_or_ran_after_a_time(
     assert ("vision", 8, 3.0, 50.0) not in recent
     assert ("vision", 8, 3.0, 50.0) in everything
     assert len(everything) == len(recent) + 1 == 3  # the seed's trial waits too
+
+
+def test_scheduling_records_hold_the_whole_trials_scheduling_columns(
+    uow: SqlUnitOfWork,
+) -> None:
+    experiment_id, first = seed(uow)
+    with uow() as repo:
+        second = repo.add_trial(experiment_id, {"lr": 0.2}, "high", 3.0).id
+        repo.add_trial(experiment_id, {"lr": 0.3}, "normal", 4.0)
+        write_trial(repo, second, TrialUpdate(state=TrialState.SCHEDULED))
+        write_trial(repo, second, TrialUpdate(state=TrialState.RUNNING, attained_service=7.5))
+        repo.update_trial(first, TrialUpdate(pending_reason="waiting", queue_position=1))
+        queued = repo.scheduling_records([TrialState.QUEUED])
+        running = repo.scheduling_records([TrialState.RUNNING, TrialState.SCHEDULED])
+        whole = {t.id: t for t in repo.trials_in_states(list(TrialState))}
+    assert [r.id for r in queued] == [first, second + 1]
+    assert [r.id for r in running] == [second]
+    for record in (*queued, *running):
+        trial = whole[record.id]
+        assert record == (
+            trial.id,
+            trial.experiment_id,
+            trial.tenant,
+            trial.state,
+            trial.priority,
+            trial.submitted_at,
+            trial.queued_at,
+            trial.attained_service,
+            trial.progress_s,
+            trial.pending_reason,
+            trial.queue_position,
+        )
+    assert running[0].state is TrialState.RUNNING
+    assert (running[0].priority, running[0].attained_service) == ("high", 7.5)
+    assert (queued[0].pending_reason, queued[0].queue_position) == ("waiting", 1)

@@ -9,7 +9,7 @@ from trainhub.core.resources import Node
 from trainhub.core.scheduling import FifoPolicy
 from trainhub.core.spec import parse_spec
 from trainhub.core.states import TrialState
-from trainhub.service.records import Attempt, CheckpointTimes, Trial, TrialOwner
+from trainhub.service.records import Attempt, CheckpointTimes, SchedulingRecord, TrialOwner
 from trainhub.service.scheduling_view import SchedulingView
 
 SPECS = {
@@ -20,26 +20,20 @@ SPECS = {
 }
 
 
-def trial(trial_id: int, state: TrialState = TrialState.QUEUED) -> Trial:
-    return Trial(
+def trial(trial_id: int, state: TrialState = TrialState.QUEUED) -> SchedulingRecord:
+    """A trial's scheduling columns, as the repository reads them."""
+    return SchedulingRecord(
         id=trial_id,
         experiment_id=1,
         tenant="a",
         state=state,
-        hparams={},
         priority="normal",
         submitted_at=float(trial_id),
         queued_at=float(trial_id),
-        started_at=None,
-        ended_at=None,
+        attained_service=0.0,
+        progress_s=0.0,
         pending_reason=None,
-        num_attempts=1,
-        num_restarts=0,
-        stop_reason=None,
-        cancel_requested=False,
-        latest_metrics={},
-        progress={},
-        message=None,
+        queue_position=None,
     )
 
 
@@ -95,7 +89,7 @@ def test_a_changed_record_gives_new_facts_for_that_trial_only() -> None:
     first = v.facts(queued, running, SPECS, attempts, {}, {})
     # trial 2's priority changes; trial 3 registers a checkpoint; trial 1 was preempted once
     later = v.facts(
-        [trial(1), replace(trial(2), priority="high")],
+        [trial(1), trial(2)._replace(priority="high")],
         [trial(3, TrialState.RUNNING)],
         SPECS,
         {3: attempt(3)},
@@ -111,6 +105,13 @@ def test_a_changed_record_gives_new_facts_for_that_trial_only() -> None:
     after = v.facts([], [trial(3, TrialState.RUNNING)], SPECS, {3: restarted}, {}, {})
     assert after[0].placement == ("n2", "n3")
     assert after[0].attempt_started_at == 300.0
+
+
+def test_a_new_pending_note_is_not_a_new_fact() -> None:
+    v = view()
+    first = v.facts([trial(1)], [], SPECS, {}, {}, {})
+    noted = trial(1)._replace(pending_reason="waiting for 2 GPUs", queue_position=1)
+    assert v.facts([noted], [], SPECS, {}, {}, {})[0] is first[0]
 
 
 def test_an_active_trial_without_an_open_attempt_is_left_out() -> None:

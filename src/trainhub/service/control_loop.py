@@ -47,7 +47,14 @@ from trainhub.service.experiments import refresh_experiment_state
 from trainhub.service.keys import attempt_key, log_key
 from trainhub.service.monitoring import MonitoringService
 from trainhub.service.ports import ArtifactStore, AttemptLaunch, AttemptStatus, Executor
-from trainhub.service.records import KEEP, Attempt, AttemptUpdate, Trial, TrialUpdate
+from trainhub.service.records import (
+    KEEP,
+    Attempt,
+    AttemptUpdate,
+    SchedulingRecord,
+    Trial,
+    TrialUpdate,
+)
 from trainhub.service.repository import Repository, UnitOfWork
 from trainhub.service.scheduling_view import SchedulingView
 from trainhub.service.search_ports import TrialHooks
@@ -375,7 +382,7 @@ class ControlLoop:
             self.executor.release(key)
 
     # ---------------------------------------------------------------- scheduling
-    def _load_specs(self, repo: Repository, trials: Sequence[Trial]) -> None:
+    def _load_specs(self, repo: Repository, trials: Sequence[Trial | SchedulingRecord]) -> None:
         """Parse the specs of experiments not seen yet, read in one query."""
         missing = {t.experiment_id for t in trials if t.experiment_id not in self._specs}
         for experiment_id, spec in repo.experiment_specs(sorted(missing)).items():
@@ -391,8 +398,9 @@ class ControlLoop:
     def _schedule(self, report: TickReport) -> None:
         now = self.clock()
         with self.uow() as repo:
-            queued = repo.trials_in_states([TrialState.QUEUED])
-            active = repo.trials_in_states(ACTIVE_STATES)
+            # the scheduling columns only: the whole trial is read for the ones started
+            queued = repo.scheduling_records([TrialState.QUEUED])
+            active = repo.scheduling_records(ACTIVE_STATES)
             self._load_specs(repo, [*queued, *active])
             # no cyclic collection while the snapshot is built and decided on: its garbage
             # is collected after the decision, not in the middle of it (core.gcpause)
@@ -420,12 +428,12 @@ class ControlLoop:
                 self._preempt(decision)
         position = 0
         notes: list[tuple[int, TrialUpdate]] = []
-        started: list[Trial] = []
+        started: list[SchedulingRecord] = []
         for decision in decisions:
             if isinstance(decision, Start):
-                self._start(by_id[decision.trial_id], decision.placement)
-                report.started.append(decision.trial_id)
-                started.append(by_id[decision.trial_id])
+                if self._start(decision.trial_id, decision.placement):
+                    report.started.append(decision.trial_id)
+                    started.append(by_id[decision.trial_id])
             elif isinstance(decision, Pending):
                 report.pending += 1
                 position += 1
@@ -444,9 +452,14 @@ class ControlLoop:
             with self.uow() as repo:
                 repo.update_trials(notes)
 
-    def _start(self, trial: Trial, placement: tuple[str, ...]) -> None:
+    def _start(self, trial_id: int, placement: tuple[str, ...]) -> bool:
+        """Launch the trial's next attempt on ``placement``; False if it is no longer queued
+        (cancelled or paused since this tick read it): it is left as it is."""
         now = self.clock()
         with self.uow() as repo:
+            trial = repo.get_trial(trial_id)
+            if trial is None or trial.state != TrialState.QUEUED:
+                return False
             spec = self._spec(repo, trial)
             experiment = repo.experiment_of(trial.id)
             number = trial.num_attempts + 1
@@ -532,6 +545,7 @@ class ControlLoop:
             log.exception("launching %s failed", key)
             cause = " ".join(str(exc).split()) or type(exc).__name__
             self._end(started, attempt, EndAttempt(AttemptOutcome.LOST, launch_failed(cause)))
+        return True
 
     def _preempt(self, decision: Preempt) -> None:
         now = self.clock()

@@ -35,6 +35,7 @@ from trainhub.service.records import (
     MetricPoint,
     MetricsTarget,
     RecordedTrial,
+    SchedulingRecord,
     Tenant,
     TenantUpdate,
     Token,
@@ -131,6 +132,10 @@ class TrialStore(Protocol):
     def get_trial(self, trial_id: int) -> Trial | None: ...
     def list_trials(self, experiment_id: int) -> list[Trial]: ...
     def trials_in_states(self, states: Sequence[TrialState]) -> list[Trial]: ...
+    def scheduling_records(self, states: Sequence[TrialState]) -> list[SchedulingRecord]:
+        """The scheduling columns of the trials in these states, by id (a narrow read)."""
+        ...
+
     def update_trial(
         self, trial_id: int, update: TrialUpdate, expected_state: TrialState | None = None
     ) -> Trial:

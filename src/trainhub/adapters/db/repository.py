@@ -44,6 +44,7 @@ from trainhub.service.records import (
     MetricPoint,
     MetricsTarget,
     RecordedTrial,
+    SchedulingRecord,
     Tenant,
     TenantUpdate,
     Token,
@@ -89,6 +90,8 @@ _JSON_ENCODE = _encode_values
 
 # SQLite limits the number of bound parameters of one statement
 _CHUNK = 900
+# a state column's value -> the state (an enum call per row costs more than the lookup)
+_STATES = {state.value: state for state in TrialState}
 
 
 def _chunks(ids: Sequence[int]) -> Iterator[list[int]]:
@@ -535,6 +538,32 @@ class SqlRepository(SqlLayerAlertStore):
         )
         tenants = self._tenant_names()
         return [self._trial(r, tenants[r.tenant_id]) for r in rows]  # type: ignore[arg-type]
+
+    def scheduling_records(self, states: Sequence[TrialState]) -> list[SchedulingRecord]:
+        rows = self.s.execute(
+            select(
+                TrialRow.id,
+                TrialRow.experiment_id,
+                TrialRow.tenant_id,
+                TrialRow.state,
+                TrialRow.priority,
+                TrialRow.submitted_at,
+                TrialRow.queued_at,
+                TrialRow.attained_service,
+                TrialRow.progress_s,
+                TrialRow.pending_reason,
+                TrialRow.queue_position,
+            )
+            .where(TrialRow.state.in_([s.value for s in states]))
+            .order_by(TrialRow.id)
+        )
+        tenants = self._tenant_names()
+        return [
+            SchedulingRecord(
+                i, e, tenants[t], _STATES[s], p, sub, q, service or 0.0, progress or 0.0, why, at
+            )
+            for i, e, t, s, p, sub, q, service, progress, why, at in rows
+        ]
 
     def update_trial(
         self, trial_id: int, update: TrialUpdate, expected_state: TrialState | None = None
