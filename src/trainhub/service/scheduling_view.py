@@ -278,7 +278,8 @@ class SchedulingView:
             self._made_estimates_at = self._estimates_at
         active_ids = list(map(_ID, active))
         open_attempts = list(map(attempts.get, active_ids))
-        if None in open_attempts:
+        if not all(map(operator.is_not, open_attempts, itertools.repeat(None))):
+            # (identity: "None in" would call each attempt's __eq__)
             active = [t for t, a in zip(active, open_attempts, strict=True) if a is not None]
             active_ids = list(map(_ID, active))
             open_attempts = [a for a in open_attempts if a is not None]
