@@ -9,7 +9,9 @@ the policies see the duration estimates the server makes, ``SimConfig.estimated_
 then decision-latency lines (1,000 nodes, 5,000 waiting trials; ``service`` is the server's
 mode: the records a tick reads, new objects each time, through ``SchedulingView``'s facts, the
 snapshot builder and the policy, measured while the sweep's simulations run beside it: the
-contention it creates).
+contention it creates), after the scheduling read's lines (the control loop's read of 8,112
+trials in a new SQLite file and PostgreSQL database: whole trials against the scheduling
+columns, ADR 0023).
 Not part of the test run.
 
     .venv/bin/python benchmarks/scheduler.py --jobs 2           # the whole sweep (minutes)
@@ -29,13 +31,19 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
+import uuid
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import TypeVar, cast
 
+from sqlalchemy import create_engine, insert, text
+
+from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from trainhub.adapters.db.models import ExperimentRow, TenantRow, TrialRow, UserRow
 from trainhub.core.entitlement import EntitlementLedger
 from trainhub.core.gcpause import collection_paused
 from trainhub.core.resources import Node, ResourceRequest
@@ -345,6 +353,108 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
     }
 
 
+def scheduling_read(url: str) -> dict[str, object]:
+    """The control loop's scheduling read in a database of ``url`` (a new, empty one) filled
+    with 5,000 queued and 3,112 running trials of 20 tenants: whole trials against the
+    scheduling columns (ADR 0023); median of 10 reads each."""
+    engine = make_engine(url)
+    migrate(engine)
+    with engine.begin() as c:
+        c.execute(
+            insert(TenantRow),
+            [{"id": i + 1, "name": f"t{i:02d}", "created_at": 0.0} for i in range(20)],
+        )
+        c.execute(insert(UserRow), [{"id": 1, "username": "u", "created_at": 0.0}])
+        c.execute(
+            insert(ExperimentRow),
+            [
+                {
+                    "id": e + 1,
+                    "tenant_id": e % 20 + 1,
+                    "owner_id": 1,
+                    "name": f"e{e}",
+                    "project": "p",
+                    "state": "ACTIVE",
+                    "spec_yaml": "",
+                    "spec": {"name": f"e{e}"},
+                    "created_at": 0.0,
+                }
+                for e in range(200)
+            ],
+        )
+        c.execute(
+            insert(TrialRow),
+            [
+                {
+                    "id": i + 1,
+                    "experiment_id": i % 200 + 1,
+                    "tenant_id": i % 20 + 1,
+                    "state": "QUEUED" if i < 5000 else "RUNNING",
+                    "hparams": {"lr": 0.1, "batch_size": 32},
+                    "priority": "normal",
+                    "submitted_at": float(i),
+                    "queued_at": float(i),
+                    "pending_reason": "waiting for 4 GPUs: the reservation of trial 12 holds them",
+                    "num_attempts": 1,
+                    "latest_metrics": {"loss": 0.5, "accuracy": 0.9},
+                    "progress": {"step": 100},
+                    "queue_position": i if i < 5000 else None,
+                }
+                for i in range(8112)
+            ],
+        )
+    uow = SqlUnitOfWork(engine)
+    active = [TrialState.SCHEDULED, TrialState.RUNNING, TrialState.PREEMPTING]
+    medians: dict[str, float] = {}
+    for name, scheduling in (("whole_ms", False), ("records_ms", True)):
+        times = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            with uow() as repo:
+                for states in ([TrialState.QUEUED], active):
+                    if scheduling:
+                        repo.scheduling_records(states)
+                    else:
+                        repo.trials_in_states(states)
+            times.append(time.perf_counter() - t0)
+        medians[name] = round(statistics.median(times) * 1e3, 1)
+    engine.dispose()
+    return {
+        "cell": "read-5000queued-3112running",
+        "benchmark": "scheduling_read",
+        "db": url.split(":", maxsplit=1)[0].split("+", maxsplit=1)[0],
+        **medians,
+        "records_vs_whole": round(medians["records_ms"] / medians["whole_ms"], 3),
+    }
+
+
+def scheduling_reads() -> list[dict[str, object]]:
+    """:func:`scheduling_read` in a new SQLite file and, where the server on 127.0.0.1:5432
+    answers, a new PostgreSQL database (dropped after)."""
+    lines = []
+    with tempfile.TemporaryDirectory() as folder:
+        lines.append(scheduling_read(f"sqlite:///{folder}/read.db"))
+    name = f"trainhub_read_{uuid.uuid4().hex[:8]}"
+    try:
+        admin = create_engine(
+            "postgresql+psycopg://127.0.0.1:5432/postgres", isolation_level="AUTOCOMMIT"
+        )
+        with admin.connect() as c:
+            c.execute(text(f"CREATE DATABASE {name}"))
+    except Exception as exc:  # no server: say so, measure SQLite only
+        lines.append(
+            {"benchmark": "scheduling_read", "db": "postgresql", "skipped": str(exc)[:200]}
+        )
+        return lines
+    try:
+        lines.append(scheduling_read(f"postgresql+psycopg://127.0.0.1:5432/{name}"))
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+        admin.dispose()
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller windows, 16 and 48 nodes")
@@ -390,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     pool = ProcessPoolExecutor(max(1, args.jobs))
     futures: list[Future[list[dict[str, object]]]] = [pool.submit(run_cell, c) for c in cells]
     if not args.no_latency:
+        for line in scheduling_reads():
+            print(json.dumps(line), flush=True)
         # measured while the cells run: the contention the sweep creates
         for policy in ("fair", "fifo", "sjf", "las"):
             print(json.dumps(service_latency(policy, args.repeats)), flush=True)
