@@ -285,12 +285,14 @@ class SchedulingView:
             open_attempts = [a for a in open_attempts if a is not None]
         trials = [*queued, *active]
         ids = [*map(_ID, queued), *active_ids]
-        none = itertools.repeat(None, len(queued))
+        # a queued trial has no attempt and no checkpoint of it
         keys = list(
             zip(
                 map(_TRIAL_KEY, trials),
                 map(preemptions.get, ids, itertools.repeat(0)),
-                itertools.chain(none, map(_ATTEMPT_KEY, open_attempts)),
+                itertools.chain(
+                    itertools.repeat(None, len(queued)), map(_ATTEMPT_KEY, open_attempts)
+                ),
                 itertools.chain(
                     itertools.repeat(None, len(queued)),
                     map(_TIMES_KEY, map(checkpoints.get, active_ids, itertools.repeat(_NO_TIMES))),
@@ -322,8 +324,7 @@ class SchedulingView:
         if len(known_keys) > len(ids):
             for gone in known_keys.keys() - set(ids):
                 del known_keys[gone], known_facts[gone]
-        out = cast("list[TrialFacts]", made)
-        return out
+        return cast("list[TrialFacts]", made)  # every entry is made or known by now
 
     def node_facts(
         self,
