@@ -120,3 +120,23 @@ def test_a_reclaim_under_scaled_guarantees_says_they_were_scaled() -> None:
     assert "scaled down" in pending[0].reason
     # without scaling, tenant a (16 of its 16) would not be above its guarantee at all
     assert sum(1 for d in decisions if type(d).__name__ == "Preempt") == 1
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_a_trial_asking_less_memory_is_not_held_behind_one_asking_more(name: str) -> None:
+    """Trials of one tenant and GPU shape that ask different memory per rank do not wait for
+    the same capacity: the one that fits starts while the other waits for memory (FIFO's
+    order holds it behind the head, as any other trial)."""
+    nodes = (_node("a", memory=64.0),)
+    queue = (_trial(1, memory=48.0), _trial(2, memory=40.0), _trial(3, memory=8.0))
+    snap = Snapshot(0.0, nodes, queue, (), {"t": TenantShare()}, {})
+    decisions = {d.trial_id: d for d in create_policy(name).decide(snap)}
+    assert isinstance(decisions[1], Start)
+    assert isinstance(decisions[2], Pending)
+    assert "memory" in decisions[2].reason
+    # 16 GB are left on the node: trial 3 fits them
+    if name == "fifo":
+        assert isinstance(decisions[3], Pending)
+        assert "behind trial 2" in decisions[3].reason
+    else:
+        assert isinstance(decisions[3], Start), decisions[3]

@@ -30,6 +30,7 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from trainhub.core.fairshare import guarantee_note, mean_life_s, scaled_guarantees
 from trainhub.core.resources import ResourceRequest
@@ -38,16 +39,34 @@ from trainhub.core.scheduling.decisions import DecisionList, Pending, Preempt, R
 from trainhub.core.scheduling.fair_config import FairShareConfig
 from trainhub.core.scheduling.nodepool import NodePool
 from trainhub.core.scheduling.preemption import Preemptor
-from trainhub.core.scheduling.queue import OrderKey, QueueOrder, Run, TrialQueue
+from trainhub.core.scheduling.queue import OrderKey, QueueOrder, Run, Shape, TrialQueue
 from trainhub.core.scheduling.reasons import ReasonBook, behind_reason, limit_reason
 from trainhub.core.scheduling.reservation import Reservation, reserve
 from trainhub.core.scheduling.runningtable import RunningTable
 from trainhub.core.scheduling.snapshot import QueuedTrial, Snapshot, TenantShare
 from trainhub.core.scheduling.victims import ClaimMemo, PreemptionRules, VictimFacts
 
-# (0 owed / 1 patient / 2 borrowing, fair-share score, -aged priority, band, submitted_at,
-# trial_id)
-TenantKey = tuple[int, float, int, int, float, int]
+
+class HeadKey(NamedTuple):
+    """The order of one tenant's groups: their head trials' aged priorities (highest first),
+    service bands, submissions."""
+
+    neg_level: int
+    band: int
+    submitted_at: float
+    trial_id: int
+
+
+class TenantKey(NamedTuple):
+    """The order in which tenants are served: owed first, then patient, then borrowing; then
+    the lowest fair-share score; then the tenant's next group (:class:`HeadKey`)."""
+
+    standing: int  # 0 owed its guarantee, 1 patient (below it, waits), 2 borrowing
+    score: float
+    neg_level: int
+    band: int
+    submitted_at: float
+    trial_id: int
 
 
 def entitled(used: int, size: int, guarantee: int) -> bool:
@@ -66,7 +85,7 @@ class _Group:
 
     __slots__ = ("at", "band", "done", "head", "priority", "shape", "trials")
 
-    def __init__(self, priority: int, shape: tuple[object, ...], trials: Run) -> None:
+    def __init__(self, priority: int, shape: Shape, trials: Run) -> None:
         self.priority = priority
         self.shape = shape
         self.trials = trials
@@ -87,7 +106,6 @@ class _Group:
         return True
 
 
-GroupKey = tuple[int, int, float, int]
 _NO_BAND = 1 << 30
 
 
@@ -99,7 +117,7 @@ class _Tenant:
     usage_slots: float
     groups: list[_Group]
     # (key of the group's head, tie-breaker, group); stale entries are skipped
-    heap: list[tuple[GroupKey, int, _Group]] = field(default_factory=list)
+    heap: list[tuple[HeadKey, int, _Group]] = field(default_factory=list)
 
 
 class FairSharePolicy(BasePolicy):
@@ -184,7 +202,7 @@ class _FairPass:
         # guarantees that add up to more than the cluster are scaled down to fit it
         self.shares, self.scaled_note = policy.effective_shares(snapshot.tenants, self.raw)
         # GPU counts say nothing about trials without GPUs: never stop early when some wait
-        self.cpu_only = any(not shape[1] for _, _, shape in queue.groups)
+        self.cpu_only = any(not group.shape.gpus_per_worker for group in queue.groups)
         self.tenants = self._tenants(queue)
 
     def _tenants(self, queue: TrialQueue) -> dict[str, _Tenant]:
@@ -218,16 +236,16 @@ class _FairPass:
         waited = self.now - group.head.queued_at
         return group.priority + max(0, math.floor(waited / interval))
 
-    def _group_key(self, group: _Group) -> GroupKey:
+    def _group_key(self, group: _Group) -> HeadKey:
         head = group.head
-        return (-self._level(group), group.band, head.submitted_at, head.trial_id)
+        return HeadKey(-self._level(group), group.band, head.submitted_at, head.trial_id)
 
-    def _top(self, tenant: _Tenant) -> tuple[GroupKey, _Group] | None:
+    def _top(self, tenant: _Tenant) -> tuple[HeadKey, _Group] | None:
         """The tenant's group whose head goes next (dropping stale heap entries)."""
         heap = tenant.heap
         while heap:
             key, _, group = heap[0]
-            if group.done or key[-1] != group.head.trial_id:
+            if group.done or key.trial_id != group.head.trial_id:
                 heapq.heappop(heap)
                 continue
             return key, group
@@ -243,7 +261,7 @@ class _FairPass:
         if not borrowing and not self._owed(tenant):
             borrowing = 1  # patient: after the tenants owed their guarantee, before borrowers
         score = (tenant.usage_slots + tenant.used) / tenant.share.weight
-        heapq.heappush(self.heap, ((borrowing, score, *key), tenant.name))
+        heapq.heappush(self.heap, (TenantKey(borrowing, score, *key), tenant.name))
 
     # -- the pass ----------------------------------------------------------------------------
 
@@ -259,7 +277,7 @@ class _FairPass:
                     waited = (now - head.queued_at) / interval
                     if waited >= 1:
                         level += floor(waited)
-                heap.append(((-level, g.band, head.submitted_at, head.trial_id), i, g))
+                heap.append((HeadKey(-level, g.band, head.submitted_at, head.trial_id), i, g))
             heapq.heapify(heap)
             tenant.heap = heap
             self._push(tenant)

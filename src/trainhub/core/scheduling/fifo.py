@@ -48,7 +48,7 @@ class FifoPolicy(BasePolicy):
                 if at + 1 < len(trials):
                     heapq.heappush(heap, (key(trials[at + 1]), name, at + 1))
                 continue
-            shape = name[2]
+            shape = name.shape
             if not pool.fits_empty(request, shape):
                 # the whole group has this shape: none of it can ever run
                 lazy.append((trials, at, book.of_group("never", request, shape)))
@@ -59,5 +59,5 @@ class FifoPolicy(BasePolicy):
             break
         for _, name, at in heap:
             trials = groups[name]
-            lazy.append((trials, at, book.unless_never(trials[at].request, name[2], behind)))
+            lazy.append((trials, at, book.unless_never(trials[at].request, name.shape, behind)))
         return DecisionList(starts, (), (), lazy)

@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.scheduling.nodetable import HOT_GPU_TEMPERATURE_C, NodeTable, PrefKey
+from trainhub.core.scheduling.queue import Shape
 from trainhub.core.spec import Placement
 
 _EPS = 1e-9
@@ -175,26 +176,26 @@ class NodePool:
         for allow_hot in (0, 1):
             for free in range(need, len(self._buckets)):
                 for key in self._buckets[free]:
-                    if key[0] > allow_hot:
+                    if key.hot > allow_hot:
                         break
-                    if key[2] not in exclude and self.room(key[2], request) >= ranks:
-                        return key[2]
+                    if key.node_id not in exclude and self.room(key.node_id, request) >= ranks:
+                        return key.node_id
         return None
 
     def _largest(self, request: ResourceRequest, used: set[str]) -> str | None:
         for allow_hot in (0, 1):
             for free in range(len(self._buckets) - 1, request.gpus_per_worker - 1, -1):
                 for key in self._buckets[free]:
-                    if key[0] > allow_hot:
+                    if key.hot > allow_hot:
                         break
-                    if key[2] not in used and self.room(key[2], request) > 0:
-                        return key[2]
+                    if key.node_id not in used and self.room(key.node_id, request) > 0:
+                        return key.node_id
         return None
 
     def _scan_order(self, request: ResourceRequest) -> list[tuple[str, int]]:
         rooms = [(i, self.room(i, request)) for i in self.nodes]
         rooms = [(i, r) for i, r in rooms if r > 0]
-        rooms.sort(key=lambda item: (self._pref[item[0]][:2], -item[1], item[0]))
+        rooms.sort(key=lambda item: (self.preference(item[0]), -item[1], item[0]))
         return rooms
 
     def _spread(
@@ -223,7 +224,7 @@ class NodePool:
         if request.single_node:
             return None
         ranks: list[str] = []
-        for node, room in sorted(rooms, key=lambda item: (self._pref[item[0]][0], -item[1])):
+        for node, room in sorted(rooms, key=lambda item: (self._pref[item[0]].hot, -item[1])):
             ranks.extend([node] * min(room, k - len(ranks)))
             if len(ranks) == k:
                 return tuple(ranks)
@@ -238,14 +239,14 @@ class NodePool:
         for allow_hot in (0, 1):
             for free in range(len(self._buckets) - 1, -1, -1):
                 for key in self._buckets[free]:
-                    if key[0] > allow_hot or (allow_hot and key[0] == 0):
+                    if key.hot > allow_hot or (allow_hot and key.hot == 0):
                         continue
-                    whole = self.nodes[key[2]].fits(request, free=False)
+                    whole = self.nodes[key.node_id].fits(request, free=False)
                     if one_node:
                         if whole >= k:
-                            return (key[2],) * k
+                            return (key.node_id,) * k
                     elif whole > 0:
-                        ranks.extend([key[2]] * min(whole, k - len(ranks)))
+                        ranks.extend([key.node_id] * min(whole, k - len(ranks)))
                         if len(ranks) == k:
                             return tuple(ranks)
         return tuple(ranks) if not one_node else ()
@@ -299,7 +300,7 @@ class NodePool:
             bisect.insort(self._buckets[min(after, len(self._buckets) - 1)], key)
             self.total_free += after - before
 
-    def fits_empty(self, request: ResourceRequest, shape: tuple[object, ...]) -> bool:
+    def fits_empty(self, request: ResourceRequest, shape: Shape) -> bool:
         """Whether ``request`` fits these nodes when nothing runs (else it never will)."""
         known = self._fits_empty.get(shape)
         if known is not None:

@@ -14,10 +14,20 @@ import bisect
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from trainhub.core.resources import Node
+from trainhub.core.scheduling.queue import Shape
 
-PrefKey = tuple[int, float, str]
+
+class PrefKey(NamedTuple):
+    """A node's place in the preference order: lower is preferred (plain tuple order)."""
+
+    hot: int  # 1 when its hottest GPU is at or over the threshold
+    temperature_c: float  # inf when no monitor reports it: after the known cool nodes
+    node_id: str
+
+
 HOT_GPU_TEMPERATURE_C = 85.0
 
 
@@ -27,7 +37,7 @@ def preference_key(node: Node, hot_gpu_temperature_c: float | None) -> PrefKey:
     hot = int(
         hot_gpu_temperature_c is not None and temp is not None and temp >= hot_gpu_temperature_c
     )
-    return (hot, math.inf if temp is None else temp, node.node_id)
+    return PrefKey(hot, math.inf if temp is None else temp, node.node_id)
 
 
 class NodeTable(tuple[Node, ...]):
@@ -45,7 +55,7 @@ class NodeTable(tuple[Node, ...]):
     # (total GPUs, total CPUs, total memory GB) -> count of alive nodes with that shape
     shapes: Counter[tuple[int, float, float]]
     # memo of "does this request shape fit the empty cluster", valid while totals do not change
-    fits_empty: dict[tuple[object, ...], bool]
+    fits_empty: dict[Shape, bool]
 
     def __new__(
         cls, nodes: Iterable[Node], hot_gpu_temperature_c: float | None = HOT_GPU_TEMPERATURE_C

@@ -18,27 +18,47 @@ import bisect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain
-from typing import overload
+from typing import NamedTuple, overload
 
 from trainhub.core.resources import ResourceRequest
 from trainhub.core.scheduling.snapshot import QueuedTrial
-from trainhub.core.spec import Priority
+from trainhub.core.spec import Placement, Priority
 
 OrderKey = tuple[float, ...]
-# (tenant, -priority rank, request shape)
-GroupKey = tuple[str, int, tuple[object, ...]]
 
 
-def shape_of(request: ResourceRequest) -> tuple[object, ...]:
+class Shape(NamedTuple):
+    """What of a request decides where it fits: requests of one shape compete for capacity in
+    the same way."""
+
+    num_workers: int
+    gpus_per_worker: int
+    cpus_per_worker: float
+    placement: Placement
+    single_node: bool
+    node_labels: tuple[tuple[str, str], ...]
+    memory_gb_per_worker: float
+
+
+class GroupKey(NamedTuple):
+    """The trials of one tenant, priority and shape: they wait for the same capacity."""
+
+    tenant: str
+    neg_rank: int  # minus the priority's rank: higher priorities sort first
+    shape: Shape
+
+
+def shape_of(request: ResourceRequest) -> Shape:
     """A hashable key equal for requests that compete for capacity in the same way."""
     labels = request.node_labels
-    return (
+    return Shape(
         request.num_workers,
         request.gpus_per_worker,
         request.cpus_per_worker,
         request.placement,
         request.single_node,
         tuple(sorted(labels.items())) if labels else (),
+        request.memory_gb_per_worker,
     )
 
 
@@ -46,7 +66,7 @@ _RANK = {p: p.rank for p in Priority}
 
 
 def group_of(trial: QueuedTrial) -> GroupKey:
-    return (trial.tenant, -_RANK[trial.priority], shape_of(trial.request))
+    return GroupKey(trial.tenant, -_RANK[trial.priority], shape_of(trial.request))
 
 
 @dataclass(frozen=True, eq=False)

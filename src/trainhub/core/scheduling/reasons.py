@@ -13,7 +13,7 @@ from dataclasses import replace
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.scheduling.nodepool import NodePool
 from trainhub.core.scheduling.placement import FreeSummary, busy_reason, never_reason
-from trainhub.core.scheduling.queue import shape_of
+from trainhub.core.scheduling.queue import Shape, shape_of
 from trainhub.core.scheduling.snapshot import QueuedTrial
 
 
@@ -26,9 +26,9 @@ class ReasonBook:
         self._pool = pool
         self._used: dict[str, tuple[int, float, float]] = {}
         self._final: tuple[Node, ...] | None = None
-        self._busy: dict[tuple[object, ...], str] = {}
+        self._busy: dict[Shape, str] = {}
         self._summary: FreeSummary | None = None
-        self._never: dict[tuple[object, ...], str | None] = {}
+        self._never: dict[Shape, str | None] = {}
 
     def started(self, request: ResourceRequest, ranks: tuple[str, ...]) -> None:
         for node in ranks:
@@ -75,7 +75,7 @@ class ReasonBook:
         """'can never run: ...' for a request the empty cluster cannot hold, else None."""
         return self._never_of(trial.request, shape_of(trial.request))
 
-    def _never_of(self, request: ResourceRequest, shape: tuple[object, ...]) -> str | None:
+    def _never_of(self, request: ResourceRequest, shape: Shape) -> str | None:
         if shape not in self._never:
             if self._pool is not None and self._pool.fits_empty(request, shape):
                 self._never[shape] = None
@@ -91,7 +91,7 @@ class ReasonBook:
         return self.never_text(trial) or self.busy(trial)
 
     def of_group(
-        self, kind: str, request: ResourceRequest, shape: tuple[object, ...]
+        self, kind: str, request: ResourceRequest, shape: Shape
     ) -> Callable[[QueuedTrial], str]:
         """``busy``, ``never`` or ``waiting`` for every trial of one request shape, computed
         once for the group instead of once per trial."""
@@ -111,7 +111,7 @@ class ReasonBook:
         return reason
 
     def unless_never(
-        self, request: ResourceRequest, shape: tuple[object, ...], text: str
+        self, request: ResourceRequest, shape: Shape, text: str
     ) -> Callable[[QueuedTrial], str]:
         """``text`` for every trial of one request shape, or why that shape can never run."""
         made: list[str] = []
@@ -123,16 +123,14 @@ class ReasonBook:
 
         return reason
 
-    def _busy_by_shape(self, request: ResourceRequest, shape: tuple[object, ...]) -> str:
+    def _busy_by_shape(self, request: ResourceRequest, shape: Shape) -> str:
         text = self._busy.get(shape)
         if text is None:
             text = self._busy_text(request)
             self._busy[shape] = text
         return text
 
-    def _never_by_shape(
-        self, request: ResourceRequest, shape: tuple[object, ...], fallback: bool = True
-    ) -> str:
+    def _never_by_shape(self, request: ResourceRequest, shape: Shape, fallback: bool = True) -> str:
         text = self._never_of(request, shape)
         if text is None and fallback:
             return "can never run on this cluster"

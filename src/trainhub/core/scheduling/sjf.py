@@ -44,7 +44,7 @@ class ShortestJobFirstPolicy(BasePolicy):
         heap = [(trials.first_key, name, 0) for name, trials in groups.items()]
         heapq.heapify(heap)
         # free GPUs say nothing about trials without GPUs: never stop early when some wait
-        gpu_less = any(not shape[1] for _, _, shape in groups)
+        gpu_less = any(not group.shape.gpus_per_worker for group in groups)
         while heap and (gpu_less or pool.total_free > 0):
             _, name, at = heapq.heappop(heap)
             trials = groups[name]
