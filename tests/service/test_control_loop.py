@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -346,5 +346,34 @@ def test_the_policy_sees_the_facts_production_keeps(tmp_path: Path) -> None:
         assert waiting.expected_duration_s == pytest.approx(600.0)
         # free capacity by the books: 16 CPUs less the running trial's 2 x 2
         assert sum(n.free_cpus for n in snapshot.nodes) == pytest.approx(12.0)
+    finally:
+        h.close()
+
+
+class CancelWhileDeciding(BasePolicy):
+    """FIFO, while a user cancels a trial between the tick's read and the decision's start."""
+
+    def __init__(self) -> None:
+        self.fifo = FifoPolicy()
+        self.cancel: Callable[[], None] | None = None
+
+    def decide(self, snapshot: Snapshot) -> Sequence[Decision]:
+        if self.cancel is not None:
+            self.cancel()
+        return self.fifo.decide(snapshot)
+
+
+def test_a_trial_canceled_while_the_loop_decides_is_not_started(tmp_path: Path) -> None:
+    policy = CancelWhileDeciding()
+    h = LoopHarness(tmp_path, policy, cpu_nodes(2))
+    try:
+        gone = h.submit(SPEC)
+        kept = h.submit(SPEC)
+        policy.cancel = lambda: h.experiments.cancel_trial(h.principal, gone) and None
+        report = h.tick()
+        assert report.started == [kept]
+        assert h.trial(gone).state == TrialState.CANCELED
+        assert h.attempts(gone) == []
+        assert [a.launch.trial_id for a in h.executor.attempts.values()] == [kept]
     finally:
         h.close()

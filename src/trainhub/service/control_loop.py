@@ -374,7 +374,7 @@ class ControlLoop:
         if not live:
             return
         with self.uow() as repo:
-            active = repo.trials_in_states(ACTIVE_STATES)
+            active = repo.scheduling_records(ACTIVE_STATES)  # the ids are all it needs
             owned = {a.key for a in repo.open_attempts([t.id for t in active]).values()}
         for key in live - owned:
             log.warning("releasing orphaned attempt %s (no active trial owns it)", key)
