@@ -44,6 +44,15 @@ def trials_of(rig: Rig, experiment_id: int) -> list[Trial]:
     return rig.experiments.get(rig.admin, experiment_id).trials
 
 
+def submit_asha(rig: Rig, max_trials: int, max_concurrent_trials: int) -> int:
+    """The ASHA search with other limits; its experiment id."""
+    spec = ASHA.replace(
+        "max_trials: 12, max_concurrent_trials: 3",
+        f"max_trials: {max_trials}, max_concurrent_trials: {max_concurrent_trials}",
+    )
+    return rig.experiments.submit(rig.admin, spec, None, None).experiment.id
+
+
 def train_one_step(
     rig: Rig, steps: dict[int, int], max_step: int, checkpoint: bool = False
 ) -> None:
@@ -126,10 +135,7 @@ def test_asha_search_prunes_keeps_concurrency_and_survives_a_restart(rig: Rig) -
 
 
 def test_a_point_asked_before_a_crash_is_adopted_not_asked_again(rig: Rig) -> None:
-    spec = ASHA.replace(
-        "max_trials: 12, max_concurrent_trials: 3", "max_trials: 3, max_concurrent_trials: 2"
-    )
-    experiment_id = rig.experiments.submit(rig.admin, spec, None, None).experiment.id
+    experiment_id = submit_asha(rig, max_trials=3, max_concurrent_trials=2)
     rig.tick()
     assert len(trials_of(rig, experiment_id)) == 2
     # the control plane asked Optuna, then died before writing the trial row
@@ -228,10 +234,7 @@ def test_pausing_a_search_stops_new_trials_until_resumed(rig: Rig) -> None:
 def test_a_trial_that_trained_its_whole_budget_is_not_pruned(rig: Rig) -> None:
     """Found end to end: a trial whose last report (step 9 of 9) came after a better trial's
     ended PRUNED at the budget's rung although it had nothing left to train."""
-    spec = ASHA.replace(
-        "max_trials: 12, max_concurrent_trials: 3", "max_trials: 2, max_concurrent_trials: 2"
-    )
-    experiment_id = rig.experiments.submit(rig.admin, spec, None, None).experiment.id
+    experiment_id = submit_asha(rig, max_trials=2, max_concurrent_trials=2)
     rig.tick()
     rig.tick()
     good, bad = sorted(rig.executor.running())
@@ -336,10 +339,7 @@ def test_a_search_stays_active_between_its_trials(rig: Rig) -> None:
     """The last running trial ends before the next tick makes more: still ACTIVE, not done."""
     from trainhub.service.experiments import refresh_experiment_state
 
-    spec = ASHA.replace(
-        "max_trials: 12, max_concurrent_trials: 3", "max_trials: 4, max_concurrent_trials: 1"
-    )
-    experiment_id = rig.experiments.submit(rig.admin, spec, None, None).experiment.id
+    experiment_id = submit_asha(rig, max_trials=4, max_concurrent_trials=1)
     rig.tick()
     rig.tick()
     (trial,) = trials_of(rig, experiment_id)
@@ -354,10 +354,7 @@ def test_a_search_stays_active_between_its_trials(rig: Rig) -> None:
 
 
 def test_raising_max_trials_revives_a_finished_search(rig: Rig) -> None:
-    spec = ASHA.replace(
-        "max_trials: 12, max_concurrent_trials: 3", "max_trials: 2, max_concurrent_trials: 2"
-    )
-    experiment_id = rig.experiments.submit(rig.admin, spec, None, None).experiment.id
+    experiment_id = submit_asha(rig, max_trials=2, max_concurrent_trials=2)
     rig.tick()
     rig.tick()
     for trial in trials_of(rig, experiment_id):
