@@ -55,11 +55,10 @@ from trainhub.core.scheduling import (
     create_policy,
     split_decisions,
 )
-from trainhub.core.scheduling.view import tenant_load
 from trainhub.core.spec import ExperimentSpec, Priority, parse_spec
 from trainhub.core.states import TrialState
-from trainhub.service.records import Attempt, CheckpointTimes, SchedulingRecord
-from trainhub.service.scheduling_view import SchedulingView
+from trainhub.service.records import Attempt, CheckpointTimes, SchedulingRecord, TrialUpdate
+from trainhub.service.scheduling_view import SchedulingView, TrialReads
 from trainhub.sim.cluster import ClusterSpec
 from trainhub.sim.engine import SimConfig
 from trainhub.sim.runner import guarantees_from_demand, load_trace, simulate
@@ -227,14 +226,16 @@ def _attempt(trial_id: int, placement: tuple[str, ...], started_at: float) -> At
 
 
 def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, object]:
-    """The server's mode through the server's own path: every tick the control loop reads all
-    queued and active trials, their open attempts and checkpoints and the executor's nodes
-    afresh (new record objects, as a database read makes them; the reads themselves are not
-    counted), :class:`SchedulingView` turns them into facts, the snapshot builder diffs them
-    against the last tick, the standings are updated (a policy with reclaim patience) and the
-    policy decides. Since the last tick 1% of the queue changed (25 left, 25 arrived) and 25
-    running trials were replaced. The time counts all of that; ``facts_ms``, ``build_ms`` and
-    ``decide_ms`` split the median."""
+    """The server's mode through the server's own path: every tick the control loop reads the
+    trials changed since the last one (ADR 0024; new record objects, as a database read makes
+    them, with the open attempts and checkpoints of those; the read itself is measured by the
+    ``scheduling_read`` lines), :class:`SchedulingView` applies them (facts of the changed
+    trials, the snapshot builder's update), composes the snapshot with the executor's nodes
+    (listed afresh) and the standings, and the policy decides. Since the last tick 25 trials
+    left the queue (started elsewhere), 25 arrived, and 25 running trials ended and were
+    replaced by new ones: 100 changed trials of 8,112. The time counts all of that;
+    ``facts_ms``, ``build_ms`` and ``decide_ms`` split the median. ``resync_ms``: one tick
+    that reads every trial again instead (the view does so every five minutes)."""
     rng = random.Random(seed)
     nodes, running, tenants = _latency_cluster(rng)
     queue = [_queued(rng, 100_000 + i, tenants) for i in range(5000)]
@@ -276,55 +277,73 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
     }
     half_life = policy.standing_half_life_s
     ledger = EntitlementLedger(half_life) if half_life is not None else None
-    # per tick: seconds to make the facts, to build the snapshot (and standings), to decide;
-    # and the CPU seconds of all three
+    # per tick: seconds to apply the read (facts, builder), to compose the snapshot (nodes,
+    # standings), to decide; and the CPU seconds of all three
     split: list[tuple[float, float, float]] = []
     cpu: list[float] = []
 
-    def decide(now: float) -> None:
-        # what the database read returns: equal records, new objects (not counted)
-        queued = [_reread(t) for t in waiting]
-        trials = [_reread(t) for t, _ in active]
-        attempts = {a.trial_id: _reread_attempt(a) for _, a in active}
-        times = {i: replace(c, last_at=_new(c.last_at)) for i, c in checkpoints.items()}
-        listed = [replace(n) for n in nodes]
+    def decide(now: float, reads: TrialReads) -> None:
+        listed = [replace(n) for n in nodes]  # the executor's listing: new objects
         # as the control loop does: no cyclic collection inside the build and the decision
         with collection_paused():
             c0, t0 = time.process_time(), time.perf_counter()
-            facts = view.facts(queued, trials, specs, attempts, {}, times)
-            node_facts = view.node_facts(listed)
+            view.apply(reads, specs, now)
             t1 = time.perf_counter()
-            snap = view.builder.build(now, facts, node_facts, shares, usage)
-            if ledger is not None:  # as SchedulingView: standings off the snapshot's indexes
-                held, demand = tenant_load(snap)
-                ledger.observe(held, demand, now)
-                snap = replace(snap, tenant_standing=ledger.standing(now))
+            snap = view.compose(now, listed, None, shares, usage, ledger)
             t2 = time.perf_counter()
             split_decisions(policy.decide(snap))
             split.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
             cpu.append(time.process_time() - c0)
 
+    def whole(mark: int) -> TrialReads:
+        """Every queued and active trial, as the first read and a resync return them."""
+        return TrialReads(
+            [*map(_reread, waiting), *(_reread(t) for t, _ in active)],
+            whole=True,
+            mark=mark,
+            attempts={a.trial_id: _reread_attempt(a) for _, a in active},
+            checkpoints={i: replace(c, last_at=_new(c.last_at)) for i, c in checkpoints.items()},
+        )
+
     now = 100_000.0
-    decide(now)
+    decide(now, whole(0))
     split.clear()
     cpu.clear()
     next_id = 300_000
-    for _ in range(repeats):
+    for tick in range(1, repeats + 1):
+        changed: list[SchedulingRecord] = []
+        attempts: dict[int, Attempt] = {}
         for _ in range(25):
-            waiting.pop(rng.randrange(len(waiting)))
+            left = waiting.pop(rng.randrange(len(waiting)))
+            changed.append(left._replace(state=TrialState.SCHEDULED))  # started elsewhere
             waiting.append(queued_record(_queued(rng, next_id, tenants)))
+            changed.append(waiting[-1])
             next_id += 1
             at = rng.randrange(len(active))
             trial, attempt = active[at]
+            changed.append(trial._replace(state=TrialState.COMPLETED))
             active[at] = (
                 trial._replace(id=next_id, tenant=rng.choice(tenants)),
                 replace(attempt, id=next_id, trial_id=next_id),
             )
+            changed.append(active[at][0])
+            attempts[next_id] = active[at][1]
             next_id += 1
         now += 1.0
-        decide(now)
+        # what the read returns: the changed trials' records and attempts, new objects
+        reads = TrialReads(
+            [_reread(t) for t in changed],
+            whole=False,
+            mark=tick,
+            attempts={i: _reread_attempt(a) for i, a in attempts.items()},
+        )
+        decide(now, reads)
     times = sorted(sum(parts) for parts in split)
     cpu.sort()
+    # and one resync: every trial read again (equal to what the view holds)
+    decide(now + 1.0, whole(repeats + 1))
+    resync_ms = round(sum(split.pop()) * 1e3, 2)
+    cpu.pop()
 
     def p99(values: list[float]) -> float:
         return round(values[min(len(values) - 1, int(0.99 * len(values)))] * 1e3, 2)
@@ -347,6 +366,7 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
         "facts_ms": median_ms(0),
         "build_ms": median_ms(1),
         "decide_ms": median_ms(2),
+        "resync_ms": resync_ms,
         "load_average_1m": round(os.getloadavg()[0], 1),
         "target_median_ms": 10.0,
         "target_p99_ms": 50.0,
@@ -356,7 +376,8 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
 def scheduling_read(url: str) -> dict[str, object]:
     """The control loop's scheduling read in a database of ``url`` (a new, empty one) filled
     with 5,000 queued and 3,112 running trials of 20 tenants: whole trials against the
-    scheduling columns (ADR 0023); median of 10 reads each."""
+    scheduling columns (ADR 0023), and against a tick's read of the 100 trials changed since
+    the last one (``changes_ms``, ADR 0024); median of 10 reads each."""
     engine = make_engine(url)
     migrate(engine)
     with engine.begin() as c:
@@ -418,6 +439,25 @@ def scheduling_read(url: str) -> dict[str, object]:
                         repo.trials_in_states(states)
             times.append(time.perf_counter() - t0)
         medians[name] = round(statistics.median(times) * 1e3, 1)
+    # a tick's read as the control loop makes it (SchedulingView.read, ADR 0024): the trials
+    # changed since the last tick, 100 of them here, with their attempts and checkpoints
+    view = SchedulingView(create_policy("fair"), half_life_s=7 * 24 * 3600.0)
+    specs = {e + 1: _spec(1) for e in range(200)}
+    with uow() as repo:
+        view.apply(view.read(repo, 0.0), specs, 0.0)
+    rng = random.Random(0)
+    times = []
+    for tick in range(1, 11):
+        with uow() as repo:  # 100 trials change (not timed)
+            changed = rng.sample(range(1, 8113), 100)
+            repo.update_trials([(i, TrialUpdate(attained_service=float(tick))) for i in changed])
+        with uow() as repo:
+            t0 = time.perf_counter()
+            reads = view.read(repo, float(tick))
+            times.append(time.perf_counter() - t0)
+        assert len(reads.records) == 100, len(reads.records)
+        view.apply(reads, specs, float(tick))
+    medians["changes_ms"] = round(statistics.median(times) * 1e3, 1)
     engine.dispose()
     return {
         "cell": "read-5000queued-3112running",
@@ -425,6 +465,7 @@ def scheduling_read(url: str) -> dict[str, object]:
         "db": url.split(":", maxsplit=1)[0].split("+", maxsplit=1)[0],
         **medians,
         "records_vs_whole": round(medians["records_ms"] / medians["whole_ms"], 3),
+        "changes_vs_whole": round(medians["changes_ms"] / medians["whole_ms"], 3),
     }
 
 

@@ -12,12 +12,12 @@ from trainhub.adapters.db.engine import MIGRATIONS_DIR, migrate
 from trainhub.adapters.db.models import ExperimentRow
 
 
-def _upgrade_to(engine: Engine, revision: str) -> None:
+def _downgrade_to(engine: Engine, revision: str) -> None:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     with engine.begin() as connection:
         config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+        command.downgrade(config, revision)
 
 
 def test_0012_backfills_the_best_value_of_experiments_that_reported_before_0011(
@@ -25,7 +25,9 @@ def test_0012_backfills_the_best_value_of_experiments_that_reported_before_0011(
 ) -> None:
     engine = make_engine(db_url)
     try:
-        _upgrade_to(engine, "0011")
+        # filled by today's code, then taken back to 0011 with the best values cleared, as
+        # experiments that reported before 0011 were
+        migrate(engine)
         uow = SqlUnitOfWork(engine)
         specs = {
             "acc": {"searcher": {"metric": "acc", "mode": "max"}},
@@ -52,6 +54,7 @@ def test_0012_backfills_the_best_value_of_experiments_that_reported_before_0011(
                         2.0,
                     )
             repo.s.execute(update(ExperimentRow).values(best_value=None, best_rank=None))
+        _downgrade_to(engine, "0011")
         migrate(engine)  # 0012 and anything later
         with uow() as repo:
             best = {
@@ -65,5 +68,29 @@ def test_0012_backfills_the_best_value_of_experiments_that_reported_before_0011(
         assert best["loss"] == pytest.approx((0.5, 0.5))
         assert best["silent"] == (None, None)
         assert best["plain"] == (None, None)
+    finally:
+        engine.dispose()
+
+
+def test_0013_numbers_changes_from_zero_in_a_database_with_trials(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        migrate(engine)
+        uow = SqlUnitOfWork(engine)
+        with uow() as repo:
+            repo.add_tenant("vision", 1.0)
+            user = repo.add_user("alice", False, 1.0)
+            experiment = repo.add_experiment("vision", user.id, "e", "p", {}, "", 0, 1.0)
+            old = repo.add_trial(experiment.id, {}, "normal", 1.0).id
+        _downgrade_to(engine, "0012")
+        migrate(engine)
+        with uow() as repo:
+            whole = repo.scheduling_changes(None)
+            assert (whole.mark, [r.id for r in whole.records]) == (0, [old])
+            assert repo.scheduling_changes(0).records == []  # the trial before 0013: number 0
+            new = repo.add_trial(experiment.id, {}, "normal", 2.0).id
+        with uow() as repo:
+            changed = repo.scheduling_changes(whole.mark)
+        assert ([r.id for r in changed.records], changed.mark) == ([new], 1)
     finally:
         engine.dispose()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import update as sa_update
+from sqlalchemy.orm import sessionmaker
 
-from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from trainhub.adapters.db import SqlUnitOfWork, changes, make_engine, migrate
+from trainhub.adapters.db.models import TrialRow
 from trainhub.core.errors import Conflict, IllegalTransition
 from trainhub.core.states import ExperimentState, TrialState
 from trainhub.service.records import AttemptUpdate, TenantUpdate, TrialUpdate
@@ -312,3 +316,96 @@ def test_scheduling_records_hold_the_whole_trials_scheduling_columns(
     assert running[0].state is TrialState.RUNNING
     assert (running[0].priority, running[0].attained_service) == ("high", 7.5)
     assert (queued[0].pending_reason, queued[0].queue_position) == ("waiting", 1)
+
+
+def test_scheduling_changes_are_what_the_scheduler_reads_numbered_at_commit(
+    uow: SqlUnitOfWork,
+) -> None:
+    experiment_id, first = seed(uow)
+    with uow() as repo:
+        whole = repo.scheduling_changes(None)
+    assert whole.whole
+    assert [r.id for r in whole.records] == [first]
+    mark = whole.mark
+
+    def changed() -> list[int]:
+        nonlocal mark
+        with uow() as repo:
+            read = repo.scheduling_changes(mark)
+        assert not read.whole
+        mark = read.mark
+        return [r.id for r in read.records]
+
+    assert changed() == []
+    with uow() as repo:  # the loop's pending note: not a fact
+        repo.update_trial(first, TrialUpdate(pending_reason="waiting", queue_position=1))
+    assert changed() == []
+    with uow() as repo:
+        second = repo.add_trial(experiment_id, {}, "normal", 3.0).id
+    assert changed() == [second]
+    with uow() as repo:
+        write_trial(repo, first, TrialUpdate(state=TrialState.SCHEDULED))
+        attempt = repo.add_attempt(first, 1, "k1", ["n0"], None, None, 3.0, num_slots=1)
+    assert changed() == [first]
+    with uow() as repo:  # when its processes began is not a fact either
+        repo.update_attempt(attempt.id, AttemptUpdate(started_at=4.0))
+    assert changed() == []
+    with uow() as repo:
+        repo.add_checkpoint(first, "c1", 10, 1, {}, "ckpt/c1", 1, 5.0)
+    assert changed() == [first]
+    with uow() as repo:
+        repo.update_attempt(attempt.id, AttemptUpdate(outcome="PREEMPTED", ended_at=6.0))
+        repo.update_trials([(second, TrialUpdate(attained_service=12.0))])
+    assert changed() == [first, second]
+
+    def fail() -> None:
+        with uow() as repo:
+            repo.update_trial(second, TrialUpdate(priority="high"))
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        fail()
+    assert changed() == []
+    with uow() as repo:  # a trial that left the queue is read in its new state
+        write_trial(repo, second, TrialUpdate(state=TrialState.CANCELED))
+    with uow() as repo:
+        read = repo.scheduling_changes(mark)
+    assert [(r.id, r.state) for r in read.records] == [(second, TrialState.CANCELED)]
+
+
+def test_a_change_numbered_later_is_not_read_before_an_earlier_one_commits(
+    uow: SqlUnitOfWork,
+) -> None:
+    """Two writers: the first takes its number and has not committed; the second must not
+    commit a higher number before it, or a reader would pass over the first (ADR 0024)."""
+    experiment_id, first = seed(uow)
+    with uow() as repo:
+        second = repo.add_trial(experiment_id, {}, "normal", 3.0).id
+    with uow() as repo:
+        mark = repo.scheduling_changes(None).mark
+    session = sessionmaker(uow.engine)()
+    try:
+        # the first writer: numbered, not committed
+        session.execute(sa_update(TrialRow).where(TrialRow.id == first).values(priority="high"))
+        changes.touch(session, [first])
+        changes.stamp(session)
+        later = threading.Thread(target=lambda: _reprioritise(uow, second))
+        later.start()
+        later.join(timeout=1.0)
+        assert later.is_alive(), "the second writer committed while the first held its number"
+        with uow() as repo:
+            assert repo.scheduling_changes(mark).records == []
+        session.commit()
+        later.join(timeout=30.0)
+        assert not later.is_alive()
+    finally:
+        session.close()
+    with uow() as repo:
+        read = repo.scheduling_changes(mark)
+    assert [r.id for r in read.records] == [first, second]
+    assert read.mark == mark + 2
+
+
+def _reprioritise(uow: SqlUnitOfWork, trial_id: int) -> None:
+    with uow() as repo:
+        repo.update_trial(trial_id, TrialUpdate(priority="low"))

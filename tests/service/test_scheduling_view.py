@@ -1,4 +1,5 @@
-"""SchedulingView.facts: a tick's records in, the builder's facts out, unchanged ones reused."""
+"""SchedulingView.apply: a tick's changed records in, the builder's facts out, unchanged ones
+reused (ADR 0023, 0024)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from dataclasses import replace
 
 from trainhub.core.resources import Node
 from trainhub.core.scheduling import FifoPolicy
+from trainhub.core.scheduling.view import TrialFacts
 from trainhub.core.spec import parse_spec
 from trainhub.core.states import TrialState
 from trainhub.service.records import Attempt, CheckpointTimes, SchedulingRecord, TrialOwner
-from trainhub.service.scheduling_view import SchedulingView
+from trainhub.service.scheduling_view import SchedulingView, TrialReads
 
 SPECS = {
     1: parse_spec(
@@ -60,79 +62,118 @@ def view() -> SchedulingView:
     return SchedulingView(FifoPolicy(), half_life_s=3600.0)
 
 
+def apply(
+    v: SchedulingView,
+    records: list[SchedulingRecord],
+    attempts: dict[int, Attempt] | None = None,
+    preemptions: dict[int, int] | None = None,
+    checkpoints: dict[int, CheckpointTimes] | None = None,
+    *,
+    whole: bool = False,
+) -> dict[int, TrialFacts]:
+    """One tick's read applied; the facts the builder holds afterwards."""
+    reads = TrialReads(
+        records,
+        whole,
+        mark=0,
+        attempts=attempts or {},
+        preemptions=preemptions or {},
+        checkpoints=checkpoints or {},
+    )
+    v.apply(reads, SPECS, now=0.0)
+    return dict(v.builder.facts)
+
+
 def test_unchanged_records_read_again_give_the_same_facts_objects() -> None:
     v = view()
-    queued, running = [trial(1), trial(2)], [trial(3, TrialState.RUNNING)]
+    records = [trial(1), trial(2), trial(3, TrialState.RUNNING)]
     attempts = {3: attempt(3)}
     times = {3: CheckpointTimes(3, 1, 150.0, 60.0)}
-    first = v.facts(queued, running, SPECS, attempts, {}, times)
-    # the next tick reads equal records as new objects
-    again = v.facts(
-        copy.deepcopy(queued),
-        copy.deepcopy(running),
-        SPECS,
-        copy.deepcopy(attempts),
-        {},
-        copy.deepcopy(times),
+    first = apply(v, records, attempts, {}, times, whole=True)
+    # a resync reads equal records as new objects
+    again = apply(
+        v, copy.deepcopy(records), copy.deepcopy(attempts), {}, copy.deepcopy(times), whole=True
     )
-    assert [f.trial_id for f in again] == [1, 2, 3]
-    assert all(a is b for a, b in zip(first, again, strict=True))
-    assert again[2].placement == ("n0", "n1")
-    assert again[2].last_checkpoint_at == 150.0
-    assert again[2].request.num_slots == 2
+    assert sorted(again) == [1, 2, 3]
+    assert all(again[i] is first[i] for i in first)
+    assert again[3].placement == ("n0", "n1")
+    assert again[3].last_checkpoint_at == 150.0
+    assert again[3].request.num_slots == 2
 
 
 def test_a_changed_record_gives_new_facts_for_that_trial_only() -> None:
     v = view()
-    queued, running = [trial(1), trial(2)], [trial(3, TrialState.RUNNING)]
-    attempts = {3: attempt(3)}
-    first = v.facts(queued, running, SPECS, attempts, {}, {})
+    first = apply(
+        v, [trial(1), trial(2), trial(3, TrialState.RUNNING)], {3: attempt(3)}, whole=True
+    )
     # trial 2's priority changes; trial 3 registers a checkpoint; trial 1 was preempted once
-    later = v.facts(
-        [trial(1), trial(2)._replace(priority="high")],
+    later = apply(v, [trial(1)], {}, {1: 1})
+    later = apply(v, [trial(2)._replace(priority="high")])
+    later = apply(
+        v,
         [trial(3, TrialState.RUNNING)],
-        SPECS,
         {3: attempt(3)},
-        {1: 1},
+        {},
         {3: CheckpointTimes(3, 1, 170.0, None)},
     )
-    assert [a is b for a, b in zip(first, later, strict=True)] == [False, False, False]
-    assert later[0].num_preemptions == 1
-    assert later[1].priority.value == "high"
-    assert later[2].last_checkpoint_at == 170.0
-    # and a new attempt of trial 3 (it was preempted and restarted elsewhere)
+    assert [later[i] is first[i] for i in (1, 2, 3)] == [False, False, False]
+    assert later[1].num_preemptions == 1
+    assert later[2].priority.value == "high"
+    assert later[3].last_checkpoint_at == 170.0
+    # and a new attempt of trial 3 (it was preempted and restarted elsewhere); 1 and 2 stay
     restarted = replace(attempt(3, number=2), placement=("n2", "n3"), created_at=300.0)
-    after = v.facts([], [trial(3, TrialState.RUNNING)], SPECS, {3: restarted}, {}, {})
-    assert after[0].placement == ("n2", "n3")
-    assert after[0].attempt_started_at == 300.0
+    after = apply(v, [trial(3, TrialState.RUNNING)], {3: restarted})
+    assert after[3].placement == ("n2", "n3")
+    assert after[3].attempt_started_at == 300.0
+    assert after[1] is later[1]
+    assert after[2] is later[2]
 
 
 def test_a_new_pending_note_is_not_a_new_fact() -> None:
     v = view()
-    first = v.facts([trial(1)], [], SPECS, {}, {}, {})
+    first = apply(v, [trial(1)], whole=True)
     noted = trial(1)._replace(pending_reason="waiting for 2 GPUs", queue_position=1)
-    assert v.facts([noted], [], SPECS, {}, {}, {})[0] is first[0]
+    assert apply(v, [noted], whole=True)[1] is first[1]
+    assert v.records[1].pending_reason == "waiting for 2 GPUs"
 
 
-def test_an_active_trial_without_an_open_attempt_is_left_out() -> None:
+def test_trials_that_left_the_queue_or_ended_leave_the_snapshot() -> None:
+    v = view()
+    apply(v, [trial(1), trial(2), trial(3, TrialState.RUNNING)], {3: attempt(3)}, whole=True)
+    # trial 1 was canceled, trial 3 completed: read in their new states
+    after = apply(v, [trial(1, TrialState.CANCELED), trial(3, TrialState.COMPLETED)])
+    assert sorted(after) == [2]
+    assert sorted(v.records) == [2]
+    # a resync that no longer lists trial 2 (changed around the repository) forgets it too
+    assert apply(v, [], whole=True) == {}
+    assert v.records == {}
+
+
+def test_an_active_trial_without_an_open_attempt_is_left_out_until_one_is_read() -> None:
     v = view()
     running = [trial(3, TrialState.RUNNING), trial(4, TrialState.RUNNING)]
-    facts = v.facts([trial(1)], running, SPECS, {4: attempt(4)}, {}, {})
-    assert [f.trial_id for f in facts] == [1, 4]
-    assert facts[1].placement == ("n0", "n1")
+    facts = apply(v, [trial(1), *running], {4: attempt(4)}, whole=True)
+    assert sorted(facts) == [1, 4]
+    assert facts[4].placement == ("n0", "n1")
+    assert sorted(v.records) == [1, 3, 4]  # known, not in the snapshot
+    # its attempt was added (which numbers the trial as changed)
+    assert sorted(apply(v, [trial(3, TrialState.RUNNING)], {3: attempt(3)})) == [1, 3, 4]
 
 
-def test_refreshed_estimates_remake_every_trials_facts() -> None:
+def test_refreshed_estimates_remake_the_facts_whose_estimate_changed() -> None:
     v = view()
-    v._owners = {1: TrialOwner(1, "ann", "p")}
-    first = v.facts([trial(1)], [], SPECS, {}, {}, {})
-    assert first[0].expected_duration_s is None
-    # the estimates' refresh (SchedulingView.snapshot) learnt three finished runs of ann in p
+    v._owners = {1: TrialOwner(1, "ann", "p"), 2: TrialOwner(2, "bob", "q")}
+    first = apply(v, [trial(1), trial(2)], whole=True)
+    assert first[1].expected_duration_s is None
+    # the estimates' refresh (SchedulingView.read) learnt three finished runs of ann in p
     v._finished = [("ann", "p", 60.0), ("ann", "p", 120.0), ("ann", "p", 180.0)]
-    v._estimates, v._estimates_at = {}, 50.0
-    again = v.facts([trial(1)], [], SPECS, {}, {}, {})
-    assert again[0] is not first[0]
-    assert again[0].expected_duration_s == 120.0
+    v._estimates_at = 50.0
+    again = apply(v, [])
+    assert again[1] is not first[1]
+    assert again[1].expected_duration_s == 120.0
+    assert again[2] is first[2]  # bob's estimate did not change
+    # and a trial read afterwards keeps the new facts (its key did not change)
+    assert apply(v, [trial(1)])[1] is again[1]
 
 
 def test_nodes_listed_again_keep_their_facts_until_listing_or_monitor_changes() -> None:

@@ -398,17 +398,16 @@ class ControlLoop:
     def _schedule(self, report: TickReport) -> None:
         now = self.clock()
         with self.uow() as repo:
-            # the scheduling columns only: the whole trial is read for the ones started
-            queued = repo.scheduling_records([TrialState.QUEUED])
-            active = repo.scheduling_records(ACTIVE_STATES)
-            self._load_specs(repo, [*queued, *active])
+            # the scheduling columns of the trials changed since the last tick (ADR 0024):
+            # the whole trial is read for the ones started
+            reads = self.view.read(repo, now)
+            self._load_specs(repo, reads.records)
             # no cyclic collection while the snapshot is built and decided on: its garbage
             # is collected after the decision, not in the middle of it (core.gcpause)
             with collection_paused():
+                self.view.apply(reads, self._specs, now)
                 snapshot = self.view.snapshot(
                     repo,
-                    queued,
-                    active,
                     self._specs,
                     self.executor.cluster_nodes,
                     now,
@@ -416,7 +415,7 @@ class ControlLoop:
                 )
         if snapshot is None:
             return
-        by_id = {t.id: t for t in queued}
+        by_id = self.view.records
         started_at = time.perf_counter()
         with collection_paused():
             decisions = list(self.policy.decide(snapshot))
@@ -427,7 +426,7 @@ class ControlLoop:
             if isinstance(decision, Preempt):
                 self._preempt(decision)
         position = 0
-        notes: list[tuple[int, TrialUpdate]] = []
+        notes: list[tuple[int, str, int]] = []  # trial, pending reason, queue position
         started: list[SchedulingRecord] = []
         for decision in decisions:
             if isinstance(decision, Start):
@@ -439,18 +438,16 @@ class ControlLoop:
                 position += 1
                 trial = by_id[decision.trial_id]
                 if trial.pending_reason != decision.reason or trial.queue_position != position:
-                    notes.append(
-                        (
-                            trial.id,
-                            TrialUpdate(pending_reason=decision.reason, queue_position=position),
-                        )
-                    )
+                    notes.append((trial.id, decision.reason, position))
         # the trials started hold their slots from now on, not from the next tick
         self.view.started(started, self._specs, now)
         if notes:
             # one statement each and one commit: a long queue's reasons are cheap to keep
             with self.uow() as repo:
-                repo.update_trials(notes)
+                repo.update_trials(
+                    [(i, TrialUpdate(pending_reason=r, queue_position=p)) for i, r, p in notes]
+                )
+            self.view.noted(notes)
 
     def _start(self, trial_id: int, placement: tuple[str, ...]) -> bool:
         """Launch the trial's next attempt on ``placement``; False if it is no longer queued

@@ -115,6 +115,20 @@ class SchedulingRecord(NamedTuple):
     queue_position: int | None
 
 
+class SchedulingChanges(NamedTuple):
+    """What changed for the scheduler since a change number (``Repository.scheduling_changes``).
+
+    ``records``: with ``whole``, every queued and active trial (a first read, or a resync);
+    else every trial whose scheduling columns, attempts or checkpoints changed since the number
+    asked for, in whatever state it is now (one that left the queue or ended says so).
+    ``mark``: the number to ask from at the next read.
+    """
+
+    records: list[SchedulingRecord]
+    mark: int
+    whole: bool
+
+
 @dataclass(frozen=True)
 class Attempt:
     id: int

@@ -35,6 +35,7 @@ from trainhub.service.records import (
     MetricPoint,
     MetricsTarget,
     RecordedTrial,
+    SchedulingChanges,
     SchedulingRecord,
     Tenant,
     TenantUpdate,
@@ -134,6 +135,12 @@ class TrialStore(Protocol):
     def trials_in_states(self, states: Sequence[TrialState]) -> list[Trial]: ...
     def scheduling_records(self, states: Sequence[TrialState]) -> list[SchedulingRecord]:
         """The scheduling columns of the trials in these states, by id (a narrow read)."""
+        ...
+
+    def scheduling_changes(self, since: int | None) -> SchedulingChanges:
+        """The scheduling columns of the trials changed after change number ``since`` (any
+        state); with None, of every queued and active trial. Changes are numbered at commit,
+        and a number becomes visible only after every smaller one (ADR 0024)."""
         ...
 
     def update_trial(

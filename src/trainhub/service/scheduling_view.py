@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 from trainhub.core.entitlement import EntitlementLedger, Interval
@@ -32,7 +32,7 @@ from trainhub.core.scheduling.view import (
     tenant_load,
 )
 from trainhub.core.spec import ExperimentSpec, Priority
-from trainhub.core.states import AttemptOutcome
+from trainhub.core.states import AttemptOutcome, TrialState
 from trainhub.service.records import (
     Attempt,
     CheckpointTimes,
@@ -43,6 +43,7 @@ from trainhub.service.records import (
 from trainhub.service.repository import Repository
 
 _ID = operator.itemgetter(0)  # SchedulingRecord.id
+_TRIAL_ID = operator.attrgetter("trial_id")
 # what a trial's facts are made of that can change while it waits or runs
 # (its id, experiment, tenant and submission never change; its pending note is no fact)
 _TRIAL_KEY = operator.itemgetter(
@@ -127,8 +128,38 @@ def with_overlay(
     )
 
 
+@dataclass(frozen=True)
+class TrialReads:
+    """What one tick read of the trials the scheduler sees (:meth:`SchedulingView.read`).
+
+    ``records``: the trials changed since the last read, in whatever state they are now; with
+    ``whole``, every queued and active trial instead (the first read, and a resync now and
+    then). ``attempts``, ``preemptions`` and ``checkpoints``: the open attempts, preemption
+    counts and checkpoint times of the queued and active ones among them. ``mark``: the change
+    number to read from next time.
+    """
+
+    records: Sequence[SchedulingRecord]
+    whole: bool
+    mark: int
+    attempts: Mapping[int, Attempt] = field(default_factory=dict)
+    preemptions: Mapping[int, int] = field(default_factory=dict)
+    checkpoints: Mapping[int, CheckpointTimes] = field(default_factory=dict)
+
+
+def _scheduled(record: SchedulingRecord) -> bool:
+    return record.state is TrialState.QUEUED or record.state.is_active
+
+
 class SchedulingView:
-    """Reads the facts of queued and active trials and builds the policy's snapshot."""
+    """Reads the facts of queued and active trials and builds the policy's snapshot.
+
+    A tick reads only the trials changed since the last one (numbered changes, ADR 0024):
+    their scheduling columns, and for those the open attempts, preemptions and checkpoints; it
+    remakes their facts and hands the builder those alone. Everything the scheduler reads of a
+    trial is numbered when it changes, so the others are as they were. Every ``resync_s`` it
+    reads them all again (a change written around the repository would be found there).
+    """
 
     def __init__(
         self,
@@ -136,6 +167,7 @@ class SchedulingView:
         half_life_s: float,
         estimates_refresh_s: float = 60.0,
         estimate_min_samples: int = 3,
+        resync_s: float = 300.0,
     ) -> None:
         self.builder = SnapshotBuilder.for_policy(policy)
         self.usage = DecayedUsage(half_life_s)
@@ -147,13 +179,18 @@ class SchedulingView:
         self.half_life_s = half_life_s
         self.estimates_refresh_s = estimates_refresh_s
         self.estimate_min_samples = estimate_min_samples
+        self.resync_s = resync_s
+        # the queued and active trials as last read (their pending notes as last written)
+        self.records: dict[int, SchedulingRecord] = {}
+        self._mark: int | None = None
+        self._synced_at = float("-inf")
         self._owners: dict[int, TrialOwner] = {}
         self._finished: list[tuple[str, str, float]] = []
         self._estimates: dict[tuple[str, str], float | None] = {}
         self._estimates_at = float("-inf")
         # one request object per experiment: equal facts then compare by identity (fast)
         self._requests: dict[int, ResourceRequest] = {}
-        # per trial: what its facts were made of at the last tick, and the facts (made with
+        # per trial: what its facts were made of when last made, and the facts (made with
         # the estimates of ``_made_estimates_at``)
         self._keys: dict[int, tuple[object, ...]] = {}
         self._made: dict[int, TrialFacts] = {}
@@ -192,94 +229,121 @@ class SchedulingView:
                 held[trial.tenant] = held.get(trial.tenant, 0.0) + attempt.num_slots
         self.usage.advance(held, now)
 
-    def snapshot(
-        self,
-        repo: Repository,
-        queued: Sequence[SchedulingRecord],
-        active: Sequence[SchedulingRecord],
-        specs: Mapping[int, ExperimentSpec],
-        cluster_nodes: Callable[[], list[Node]],
-        now: float,
-        node_overlay: Mapping[str, tuple[bool, float | None]] | None = None,
-    ) -> Snapshot | None:
-        """The policy's snapshot now; None when nothing waits.
-
-        ``node_overlay`` (from the monitoring service): per node, whether it may take new
-        trials (healthy, not cordoned) and its hottest GPU's temperature.
-        """
-        tenant_usage = dict(self.usage) if self.usage.initialized else {}
-        if not queued:
-            # nothing waits: every tenant demands what it holds (the guarantees, which need the
-            # tenants and the cluster's nodes, are read again at the next tick with a queue)
-            if self.standing is not None:
-                if not self._standing_rebuilt:
-                    self._ledger(repo, self._tenants(repo), cluster_nodes(), now)
-                held: dict[str, float] = {}
-                for trial in active:
-                    slots = self._request(trial.experiment_id, specs[trial.experiment_id]).num_slots
-                    held[trial.tenant] = held.get(trial.tenant, 0.0) + slots
-                self.standing.observe(held, held, now)
-            return None
-        tenants = self._tenants(repo)
-        node_list = cluster_nodes()
-        ledger = self._ledger(repo, tenants, node_list, now)
-        ids = [t.id for t in active]
-        attempts = repo.open_attempts(ids)
-        current = [t.id for t in (*queued, *active)]
-        self._owners = {i: o for i in current if (o := self._owners.get(i)) is not None}
-        missing = [i for i in current if i not in self._owners]
+    # ------------------------------------------------------------------ reading
+    def read(self, repo: Repository, now: float) -> TrialReads:
+        """Read what changed since the last applied read (everything at the first tick and
+        every ``resync_s``), with the open attempts, preemptions and checkpoints of those
+        trials; learn the owners of new trials, and every ``estimates_refresh_s`` the run
+        times of finished trials (for the duration estimates)."""
+        resync = self._mark is None or now - self._synced_at >= self.resync_s
+        changes = repo.scheduling_changes(None if resync else self._mark)
+        live = [r for r in changes.records if _scheduled(r)]
+        ids = [r.id for r in live]
+        active_ids = [r.id for r in live if r.state is not TrialState.QUEUED]
+        missing = [i for i in ids if i not in self._owners]
         if missing:
             self._owners.update(repo.trial_owners(missing))
         if now - self._estimates_at >= self.estimates_refresh_s:
             self._finished = [(r.user, r.project, r.run_time_s) for r in repo.finished_runs()]
-            self._estimates = {}
             self._estimates_at = now
-        preemptions = repo.count_outcomes(
-            [*ids, *(t.id for t in queued)], AttemptOutcome.PREEMPTED.value
+        return TrialReads(
+            changes.records,
+            changes.whole,
+            changes.mark,
+            attempts=repo.open_attempts(active_ids) if active_ids else {},
+            preemptions=(repo.count_outcomes(ids, AttemptOutcome.PREEMPTED.value) if ids else {}),
+            checkpoints=repo.checkpoint_times(active_ids) if active_ids else {},
         )
-        facts = self.facts(queued, active, specs, attempts, preemptions, repo.checkpoint_times(ids))
+
+    def apply(self, reads: TrialReads, specs: Mapping[int, ExperimentSpec], now: float) -> None:
+        """Bring the records and the builder up to ``reads``: the facts of the trials read are
+        made again (the same object where nothing they are made of changed), trials that left
+        the queue or ended leave the builder, and so does an active trial without an open
+        attempt (its end is recorded at the next observation)."""
+        live = [r for r in reads.records if _scheduled(r)]
+        if reads.whole:
+            seen = set(map(_ID, live))
+            gone = [i for i in self.records if i not in seen]
+            self._synced_at = now
+        else:
+            gone = [r.id for r in reads.records if not _scheduled(r)]
+        records = self.records
+        for trial_id in gone:
+            if records.pop(trial_id, None) is not None:
+                self._owners.pop(trial_id, None)
+        records.update(zip(map(_ID, live), live, strict=True))
+        made, left_out = self._facts(
+            live, specs, reads.attempts, reads.preemptions, reads.checkpoints
+        )
+        for trial_id in (*gone, *left_out):
+            self._keys.pop(trial_id, None)
+            self._made.pop(trial_id, None)
+        # after the read's facts: a refresh of the estimates remakes those it changed too
+        remade = self._estimates_refreshed()
         if len(self._requests) > 4 * len(specs):
             self._requests = {i: r for i, r in self._requests.items() if i in specs}
-        nodes = self.node_facts(node_list, node_overlay)
-        snapshot = self.builder.build(now, facts, nodes, tenants, tenant_usage)
-        if ledger is None:
-            return snapshot
-        # what each tenant holds and demands from now on, off the snapshot's own indexes
-        held_now, demand_now = tenant_load(snapshot)
-        ledger.observe(held_now, demand_now, now)
-        return replace(snapshot, tenant_standing=ledger.standing(now))
+        self.builder.update(trials=[*made, *remade], gone=[*gone, *left_out])
+        self._mark = reads.mark
 
-    def facts(
+    def noted(self, notes: Iterable[tuple[int, str | None, int | None]]) -> None:
+        """The pending notes (trial, reason, queue position) the control loop wrote."""
+        records = self.records
+        for trial_id, reason, position in notes:
+            record = records.get(trial_id)
+            if record is not None:
+                records[trial_id] = record._replace(pending_reason=reason, queue_position=position)
+
+    def _estimates_refreshed(self) -> list[TrialFacts]:
+        """After a refresh of the finished runs: the facts whose expected duration changed,
+        made again (the others are kept)."""
+        if self._made_estimates_at == self._estimates_at:
+            return []
+        self._made_estimates_at = self._estimates_at
+        before, self._estimates = self._estimates, {}
+        changed = {
+            key
+            for key, estimate in before.items()
+            if estimate_duration(self._finished, *key, self.estimate_min_samples) != estimate
+        }
+        if not changed:
+            return []
+        remade = []
+        for trial_id, facts in self._made.items():
+            owner = self._owners.get(trial_id)
+            if owner is not None and (owner.user, owner.project) in changed:
+                remade.append(replace(facts, expected_duration_s=self._expected(owner)))
+        self._made.update(zip(map(_TRIAL_ID, remade), remade, strict=True))
+        return remade
+
+    def _facts(
         self,
-        queued: Sequence[SchedulingRecord],
-        active: Sequence[SchedulingRecord],
+        records: Sequence[SchedulingRecord],
         specs: Mapping[int, ExperimentSpec],
         attempts: Mapping[int, Attempt],
         preemptions: Mapping[int, int],
         checkpoints: Mapping[int, CheckpointTimes],
-    ) -> list[TrialFacts]:
-        """The facts of these trials as read this tick (owners known, see :meth:`snapshot`);
-        an active trial without an open attempt is left out (its end is recorded at the next
-        observation).
+    ) -> tuple[list[TrialFacts], list[int]]:
+        """The facts of these queued and active trials (owners known, see :meth:`read`), and
+        the ids of the active ones left out for want of an open attempt.
 
-        A trial whose records say the same as at the last tick gets the same
-        :class:`TrialFacts` object as then. The records are new objects every tick (read
-        afresh), and the snapshot builder finds unchanged trials by identity at C speed;
-        equal copies would cost it a field-by-field comparison each, and making them a
-        dataclass each (56 ms a tick with 8,112 trials, ADR 0023). The key compared holds
-        what the facts are made of that can change: the record's state, priority, queue time,
-        attained service and progress, its preemptions, its open attempt and latest
-        checkpoint; the rest is fixed per trial (owner) or per experiment (spec,
-        request), and the estimates' refresh starts afresh. Keys are made and compared a
-        column at a time (``map`` over the records), not trial by trial.
+        A trial whose records say the same as when its facts were last made gets the same
+        :class:`TrialFacts` object as then. The records are new objects every read, and the
+        snapshot builder finds unchanged trials by identity at C speed; equal copies would
+        cost it a field-by-field comparison each, and making them a dataclass each (56 ms a
+        tick with 8,112 trials read whole, ADR 0023). The key compared holds what the facts
+        are made of that can change: the record's state, priority, queue time, attained
+        service and progress, its preemptions, its open attempt and latest checkpoint; the rest
+        is fixed per trial (owner) or per experiment (spec, request). Keys are made and
+        compared a column at a time (``map`` over the records), not trial by trial.
         """
-        if self._made_estimates_at != self._estimates_at:
-            self._keys, self._made = {}, {}
-            self._made_estimates_at = self._estimates_at
+        queued = [r for r in records if r.state is TrialState.QUEUED]
+        active = [r for r in records if r.state is not TrialState.QUEUED]
         active_ids = list(map(_ID, active))
         open_attempts = list(map(attempts.get, active_ids))
+        left_out: list[int] = []
         if not all(map(operator.is_not, open_attempts, itertools.repeat(None))):
             # (identity: "None in" would call each attempt's __eq__)
+            left_out = [i for i, a in zip(active_ids, open_attempts, strict=True) if a is None]
             active = [t for t, a in zip(active, open_attempts, strict=True) if a is not None]
             active_ids = list(map(_ID, active))
             open_attempts = [a for a in open_attempts if a is not None]
@@ -319,12 +383,60 @@ class SchedulingView:
                 request=self._request(trial.experiment_id, spec),
             )
             known_keys[trial.id] = keys[at]
-        # only the changed entries were replaced (the keys of the others are equal); forget
-        # the trials not read any more (every one read is known now)
-        if len(known_keys) > len(ids):
-            for gone in known_keys.keys() - set(ids):
-                del known_keys[gone], known_facts[gone]
-        return cast("list[TrialFacts]", made)  # every entry is made or known by now
+        return cast("list[TrialFacts]", made), left_out  # every entry is made or known by now
+
+    # ------------------------------------------------------------------ the snapshot
+    def snapshot(
+        self,
+        repo: Repository,
+        specs: Mapping[int, ExperimentSpec],
+        cluster_nodes: Callable[[], list[Node]],
+        now: float,
+        node_overlay: Mapping[str, tuple[bool, float | None]] | None = None,
+    ) -> Snapshot | None:
+        """The policy's snapshot of what was applied, now; None when nothing waits.
+
+        ``node_overlay`` (from the monitoring service): per node, whether it may take new
+        trials (healthy, not cordoned) and its hottest GPU's temperature.
+        """
+        tenant_usage = dict(self.usage) if self.usage.initialized else {}
+        if self.builder.num_queued == 0:
+            # nothing waits: every tenant demands what it holds (the guarantees, which need the
+            # tenants and the cluster's nodes, are read again at the next tick with a queue)
+            if self.standing is not None:
+                if not self._standing_rebuilt:
+                    self._ledger(repo, self._tenants(repo), cluster_nodes(), now)
+                held: dict[str, float] = {}
+                for trial in self.records.values():
+                    if trial.state is not TrialState.QUEUED:
+                        request = self._request(trial.experiment_id, specs[trial.experiment_id])
+                        held[trial.tenant] = held.get(trial.tenant, 0.0) + request.num_slots
+                self.standing.observe(held, held, now)
+            return None
+        tenants = self._tenants(repo)
+        node_list = cluster_nodes()
+        ledger = self._ledger(repo, tenants, node_list, now)
+        return self.compose(now, node_list, node_overlay, tenants, tenant_usage, ledger)
+
+    def compose(
+        self,
+        now: float,
+        nodes: Sequence[Node],
+        node_overlay: Mapping[str, tuple[bool, float | None]] | None,
+        tenants: Mapping[str, TenantShare],
+        tenant_usage: Mapping[str, float],
+        ledger: EntitlementLedger | None,
+    ) -> Snapshot:
+        """The builder's snapshot with these nodes, shares and usage, and the standings off
+        its own indexes when the policy reads them (no database read)."""
+        self.builder.use_nodes(self.node_facts(nodes, node_overlay))
+        snapshot = self.builder.snapshot(now, tenants, tenant_usage)
+        if ledger is None:
+            return snapshot
+        # what each tenant holds and demands from now on, off the snapshot's own indexes
+        held_now, demand_now = tenant_load(snapshot)
+        ledger.observe(held_now, demand_now, now)
+        return replace(snapshot, tenant_standing=ledger.standing(now))
 
     def node_facts(
         self,

@@ -122,6 +122,18 @@ class TrialRow(Base):
     attained_service: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     # run time the latest checkpoint holds (where the next attempt resumes)
     progress_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # the number of the last committed change to what the scheduler reads of this trial (its
+    # scheduling columns, attempts, checkpoints): the control loop reads what changed since
+    # its last tick (adapters/db/changes.py, ADR 0024)
+    change_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0", index=True)
+
+
+class ChangeCounterRow(Base):
+    """The last number given to a change of the trials (one row, ``name`` "trials")."""
+
+    __tablename__ = "change_counters"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class AttemptRow(Base):

@@ -13,9 +13,11 @@ from sqlalchemy import update as sa_update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from trainhub.adapters.db import changes
 from trainhub.adapters.db.alert_repository import SqlLayerAlertStore
 from trainhub.adapters.db.models import (
     AttemptRow,
+    ChangeCounterRow,
     CheckpointRow,
     ExperimentRow,
     MembershipRow,
@@ -44,6 +46,7 @@ from trainhub.service.records import (
     MetricPoint,
     MetricsTarget,
     RecordedTrial,
+    SchedulingChanges,
     SchedulingRecord,
     Tenant,
     TenantUpdate,
@@ -92,6 +95,8 @@ _JSON_ENCODE = _encode_values
 _CHUNK = 900
 # a state column's value -> the state (an enum call per row costs more than the lookup)
 _STATES = {state.value: state for state in TrialState}
+# the states the scheduler reads: waiting, or holding resources
+_SCHEDULED_STATES = [s for s in TrialState if s == TrialState.QUEUED or s.is_active]
 
 
 def _chunks(ids: Sequence[int]) -> Iterator[list[int]]:
@@ -105,7 +110,7 @@ class SqlUnitOfWork:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._sessions = changes.track(sessionmaker(engine, expire_on_commit=False))
 
     @contextmanager
     def __call__(self) -> Iterator[SqlRepository]:
@@ -517,6 +522,7 @@ class SqlRepository(SqlLayerAlertStore):
         )
         self.s.add(row)
         self.s.flush()
+        changes.touch(self.s, (row.id,))
         return self._trial(row)
 
     def get_trial(self, trial_id: int) -> Trial | None:
@@ -540,6 +546,22 @@ class SqlRepository(SqlLayerAlertStore):
         return [self._trial(r, tenants[r.tenant_id]) for r in rows]  # type: ignore[arg-type]
 
     def scheduling_records(self, states: Sequence[TrialState]) -> list[SchedulingRecord]:
+        where = TrialRow.state.in_([s.value for s in states])
+        return [record for record, _ in self._scheduling_rows(where)]
+
+    def scheduling_changes(self, since: int | None) -> SchedulingChanges:
+        if since is None:
+            # the number first: a change committed between the two reads is read again next
+            mark = self.s.scalar(
+                select(ChangeCounterRow.value).where(ChangeCounterRow.name == changes.COUNTER)
+            )
+            records = self.scheduling_records(_SCHEDULED_STATES)
+            return SchedulingChanges(records, int(mark or 0), whole=True)
+        rows = self._scheduling_rows(TrialRow.change_seq > since)
+        mark = max((seq for _, seq in rows), default=since)
+        return SchedulingChanges([record for record, _ in rows], mark, whole=False)
+
+    def _scheduling_rows(self, where: Any) -> list[tuple[SchedulingRecord, int]]:
         rows = self.s.execute(
             select(
                 TrialRow.id,
@@ -553,16 +575,30 @@ class SqlRepository(SqlLayerAlertStore):
                 TrialRow.progress_s,
                 TrialRow.pending_reason,
                 TrialRow.queue_position,
+                TrialRow.change_seq,
             )
-            .where(TrialRow.state.in_([s.value for s in states]))
+            .where(where)
             .order_by(TrialRow.id)
         )
         tenants = self._tenant_names()
         return [
-            SchedulingRecord(
-                i, e, tenants[t], _STATES[s], p, sub, q, service or 0.0, progress or 0.0, why, at
+            (
+                SchedulingRecord(
+                    i,
+                    e,
+                    tenants[t],
+                    _STATES[s],
+                    p,
+                    sub,
+                    q,
+                    service or 0.0,
+                    progress or 0.0,
+                    why,
+                    at,
+                ),
+                seq,
             )
-            for i, e, t, s, p, sub, q, service, progress, why, at in rows
+            for i, e, t, s, p, sub, q, service, progress, why, at, seq in rows
         ]
 
     def update_trial(
@@ -574,9 +610,12 @@ class SqlRepository(SqlLayerAlertStore):
                 f"trial {trial_id} is {row.state}, not {expected_state} any more",
                 "another change came first; read the trial again",
             )
-        for key, value in update.changes().items():
+        written = update.changes()
+        for key, value in written.items():
             setattr(row, key, value.value if isinstance(value, TrialState) else value)
         self.s.flush()
+        if not changes.SCHEDULING_COLUMNS.isdisjoint(written):
+            changes.touch(self.s, (trial_id,))
         return self._trial(row)
 
     def experiment_specs(self, experiment_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -588,11 +627,13 @@ class SqlRepository(SqlLayerAlertStore):
 
     def update_trials(self, updates: Sequence[tuple[int, TrialUpdate]]) -> None:
         for trial_id, update in updates:
-            changes = update.changes()
-            if "state" in changes:
+            written = update.changes()
+            if "state" in written:
                 raise ValueError("update_trials changes no state: use update_trial")
-            if changes:
-                self.s.execute(sa_update(TrialRow).where(TrialRow.id == trial_id).values(**changes))
+            if written:
+                self.s.execute(sa_update(TrialRow).where(TrialRow.id == trial_id).values(**written))
+                if not changes.SCHEDULING_COLUMNS.isdisjoint(written):
+                    changes.touch(self.s, (trial_id,))
 
     def experiment_of(self, trial_id: int) -> Experiment:
         row = self._trial_row(trial_id)
@@ -623,6 +664,7 @@ class SqlRepository(SqlLayerAlertStore):
         )
         self.s.add(row)
         self.s.flush()
+        changes.touch(self.s, (trial_id,))
         return _attempt(row)
 
     def open_attempt(self, trial_id: int) -> Attempt | None:
@@ -654,9 +696,12 @@ class SqlRepository(SqlLayerAlertStore):
 
     def update_attempt(self, attempt_id: int, update: AttemptUpdate) -> Attempt:
         row = self.s.get_one(AttemptRow, attempt_id)
-        for key, value in update.changes().items():
+        written = update.changes()
+        for key, value in written.items():
             setattr(row, key, list(value) if isinstance(value, tuple) else value)
         self.s.flush()
+        if "outcome" in written:  # an ended attempt: no longer open, maybe a preemption
+            changes.touch(self.s, (row.trial_id,))
         return _attempt(row)
 
     def attempt_usage(self, since: float) -> list[AttemptUsage]:
@@ -949,6 +994,7 @@ class SqlRepository(SqlLayerAlertStore):
             self.s.flush()
         except IntegrityError:
             raise Conflict(f"checkpoint {uuid} is already registered") from None
+        changes.touch(self.s, (trial_id,))
         return _checkpoint(row)
 
     def get_checkpoint_by_uuid(self, uuid: str) -> Checkpoint | None:

@@ -10,6 +10,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from trainhub.adapters.db import changes
 from trainhub.adapters.db.models import TenantRow
 from trainhub.adapters.db.repository import SqlRepository
 from trainhub.adapters.db.search_models import SearchRow, SpecTemplateRow, SteeredTrialRow
@@ -183,7 +184,7 @@ class SqlSearchUnitOfWork:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._sessions = changes.track(sessionmaker(engine, expire_on_commit=False))
 
     @contextmanager
     def __call__(self) -> Iterator[SqlSearchTx]:

@@ -307,14 +307,19 @@ class SnapshotBuilder:
             else []
         )
         self.update(trials=changed, gone=gone)
-        node_list = list(nodes)
+        self.use_nodes(nodes)
+        return self.snapshot(now, tenants, tenant_usage, tenant_standing)
+
+    def use_nodes(self, nodes: Iterable[NodeFacts]) -> None:
+        """These nodes from now on; nothing is redone when they are the same objects as the
+        last ones (or equal to them)."""
+        node_list = nodes if isinstance(nodes, list | tuple) else list(nodes)
         have = self._nodes
         if len(node_list) != len(have) or (
             not all(map(operator.is_, map(have.get, map(_NODE_ID, node_list)), node_list))
             and any((seen := have.get(n.node_id)) is not n and seen != n for n in node_list)
         ):
             self.set_nodes(node_list)
-        return self.snapshot(now, tenants, tenant_usage, tenant_standing)
 
     def set_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         """Replace the node facts (membership, health, temperature or capacity changed)."""

@@ -1,0 +1,71 @@
+"""Numbered changes of what the scheduler reads of a trial, so a tick reads only what changed.
+
+A transaction that changes a trial's scheduling columns (state, priority, queue time, attained
+service, progress), adds or ends one of its attempts or registers one of its checkpoints marks
+the trial (:func:`touch`). At commit the marked trials get the next number of a counter row
+(``change_counters``, name "trials") in their ``change_seq`` (:func:`stamp`, installed on a
+session factory by :func:`track`). A reader asks for the trials whose number is above the
+highest it has seen (``SqlRepository.scheduling_changes``).
+
+Why a counter row and not a sequence (ADR 0024): numbers must become visible in the order
+they are given, or a reader that saw number 11 could skip a number 10 committed after it. The
+counter's row lock is held from the increment to the commit, so a transaction that takes the
+next number waits until the one before it has committed (PostgreSQL); SQLite has one writer at
+a time anyway. The trials' rows are locked before the counter's, so a transaction that holds the
+counter never waits for a trial row held by one that waits for the counter. The lock is taken
+at the commit, so it is held for two statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import event, select
+from sqlalchemy import update as sa_update
+from sqlalchemy.orm import Session, sessionmaker
+
+from trainhub.adapters.db.models import ChangeCounterRow, TrialRow
+
+COUNTER = "trials"
+_TOUCHED = "trainhub_touched_trials"
+_CHUNK = 500
+
+# the trial columns whose change the scheduler must see (a pending note is not one of them:
+# the control loop writes those itself, every tick)
+SCHEDULING_COLUMNS = frozenset({"state", "priority", "queued_at", "attained_service", "progress_s"})
+
+
+def touch(session: Session, trial_ids: Iterable[int]) -> None:
+    """Mark these trials as changed by the session's transaction (numbered at its commit)."""
+    session.info.setdefault(_TOUCHED, set()).update(trial_ids)
+
+
+def stamp(session: Session) -> None:
+    """Give the trials this transaction marked the counter's next number (before commit)."""
+    touched: set[int] | None = session.info.pop(_TOUCHED, None)
+    if not touched:
+        return
+    ids = sorted(touched)
+    chunks = [ids[at : at + _CHUNK] for at in range(0, len(ids), _CHUNK)]
+    for chunk in chunks:  # rows first, in id order, then the counter (see the module's note)
+        session.execute(select(TrialRow.id).where(TrialRow.id.in_(chunk)).with_for_update())
+    number = session.execute(
+        sa_update(ChangeCounterRow)
+        .where(ChangeCounterRow.name == COUNTER)
+        .values(value=ChangeCounterRow.value + 1)
+        .returning(ChangeCounterRow.value)
+    ).scalar_one()
+    for chunk in chunks:
+        session.execute(sa_update(TrialRow).where(TrialRow.id.in_(chunk)).values(change_seq=number))
+
+
+def _forget(session: Session, *_: Any) -> None:
+    session.info.pop(_TOUCHED, None)
+
+
+def track(sessions: sessionmaker[Session]) -> sessionmaker[Session]:
+    """Number the marked changes of every session ``sessions`` makes, at its commit."""
+    event.listen(sessions, "before_commit", stamp)
+    event.listen(sessions, "after_rollback", _forget)
+    return sessions
