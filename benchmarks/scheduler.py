@@ -311,28 +311,31 @@ def service_latency(policy_name: str, repeats: int, seed: int = 1) -> dict[str, 
     cpu.clear()
     next_id = 300_000
     for tick in range(1, repeats + 1):
-        changed: list[SchedulingRecord] = []
+        # by trial: a read returns one row per trial, as it is now (a trial that arrived and
+        # ended in the same tick is read once, ended)
+        changed: dict[int, SchedulingRecord] = {}
         attempts: dict[int, Attempt] = {}
         for _ in range(25):
             left = waiting.pop(rng.randrange(len(waiting)))
-            changed.append(left._replace(state=TrialState.SCHEDULED))  # started elsewhere
+            changed[left.id] = left._replace(state=TrialState.SCHEDULED)  # started elsewhere
             waiting.append(queued_record(_queued(rng, next_id, tenants)))
-            changed.append(waiting[-1])
+            changed[next_id] = waiting[-1]
             next_id += 1
             at = rng.randrange(len(active))
             trial, attempt = active[at]
-            changed.append(trial._replace(state=TrialState.COMPLETED))
+            changed[trial.id] = trial._replace(state=TrialState.COMPLETED)
+            attempts.pop(trial.id, None)
             active[at] = (
                 trial._replace(id=next_id, tenant=rng.choice(tenants)),
                 replace(attempt, id=next_id, trial_id=next_id),
             )
-            changed.append(active[at][0])
+            changed[next_id] = active[at][0]
             attempts[next_id] = active[at][1]
             next_id += 1
         now += 1.0
         # what the read returns: the changed trials' records and attempts, new objects
         reads = TrialReads(
-            [_reread(t) for t in changed],
+            [_reread(t) for t in changed.values()],
             whole=False,
             mark=tick,
             attempts={i: _reread_attempt(a) for i, a in attempts.items()},

@@ -132,7 +132,8 @@ def with_overlay(
 class TrialReads:
     """What one tick read of the trials the scheduler sees (:meth:`SchedulingView.read`).
 
-    ``records``: the trials changed since the last read, in whatever state they are now; with
+    ``records``: the trials changed since the last read (one record each), in whatever state
+    they are now; with
     ``whole``, every queued and active trial instead (the first read, and a resync now and
     then). ``attempts``, ``preemptions`` and ``checkpoints``: the open attempts, preemption
     counts and checkpoint times of the queued and active ones among them. ``mark``: the change

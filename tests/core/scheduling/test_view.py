@@ -10,7 +10,7 @@ import pytest
 
 from trainhub.core.fairshare import DecayedUsage
 from trainhub.core.resources import Node, ResourceRequest, can_ever_fit, largest_node_capacity
-from trainhub.core.scheduling import POLICY_NAMES, TenantShare, create_policy
+from trainhub.core.scheduling import POLICY_NAMES, TenantShare, create_policy, split_decisions
 from trainhub.core.scheduling.view import (
     DurationEstimates,
     NodeFacts,
@@ -322,3 +322,50 @@ def test_tenant_load_counts_held_and_queued_slots_per_tenant() -> None:
     held, demand = tenant_load(snap)
     assert held == {"a": 2, "b": 4}
     assert demand == {"a": 10, "b": 4, "c": 1}
+
+
+@pytest.mark.parametrize("policy_name", POLICY_NAMES)
+def test_a_node_holding_more_than_it_has_takes_nothing_and_breaks_no_policy(
+    policy_name: str,
+) -> None:
+    """A node can list fewer GPUs than its running trials hold (it came back smaller, a GPU
+    fell off the bus): its free count goes negative, and it must count as full, not as a
+    negative bucket of the node pool (the fair pass indexed its buckets by it when a
+    reservation capped the node for backfill)."""
+    shrunk = [
+        NodeFacts(node_id="n0", total_gpus=6, total_cpus=64.0, total_memory_gb=256.0),
+        NodeFacts(node_id="n1", total_gpus=8, total_cpus=64.0, total_memory_gb=256.0),
+    ]
+
+    def running(trial_id: int, node: str, gpus: int) -> TrialFacts:
+        return TrialFacts(
+            trial_id=trial_id,
+            tenant="a",
+            state=TrialState.RUNNING,
+            request=req(workers=gpus),
+            placement=(node,) * gpus,
+            attempt_started_at=0.0,
+            expected_duration_s=100.0,
+        )
+
+    gang = TrialFacts(
+        trial_id=3,
+        tenant="b",
+        state=TrialState.QUEUED,
+        request=req(workers=14),
+        expected_duration_s=100.0,
+    )
+    small = TrialFacts(
+        trial_id=4,
+        tenant="b",
+        state=TrialState.QUEUED,
+        request=req(),
+        submitted_at=1.0,
+        expected_duration_s=10.0,
+    )
+    trials = [running(1, "n0", 8), running(2, "n1", 7), gang, small]
+    tenants = {"a": TenantShare(guaranteed_slots=0), "b": TenantShare(guaranteed_slots=0)}
+    snapshot = build_snapshot(10.0, trials, shrunk, tenants)
+    assert snapshot.nodes[0].free_gpus == -2
+    starts, _, _ = split_decisions(create_policy(policy_name).decide(snapshot))
+    assert all("n0" not in start.placement for start in starts)

@@ -117,7 +117,8 @@ class NodePool:
         """GPUs that a trial may take on the node now."""
         free = self.free_gpus[node_id]
         cap = self.caps.get(node_id)
-        return free if cap is None else max(0, min(free, cap))
+        # a node that holds more than it lists (it came back smaller) has none, not fewer than none
+        return max(0, free if cap is None else min(free, cap))
 
     def room(self, node_id: str, request: ResourceRequest) -> int:
         """How many ranks of ``request`` the node can take now."""

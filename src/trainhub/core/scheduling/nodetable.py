@@ -68,7 +68,8 @@ class NodeTable(tuple[Node, ...]):
         table.free_gpus = {n.node_id: n.free_gpus for n in alive}
         table.free_cpus = {n.node_id: n.free_cpus for n in alive}
         table.free_memory = {n.node_id: n.free_memory_gb for n in alive}
-        table.total_free = sum(n.free_gpus for n in alive)
+        # a node that holds more than it lists (it came back smaller) frees none
+        table.total_free = sum(max(0, n.free_gpus) for n in alive)
         table.pref = {n.node_id: preference_key(n, hot_gpu_temperature_c) for n in alive}
         size = max((n.total_gpus for n in alive), default=0) + 1
         buckets: tuple[list[PrefKey], ...] = tuple([] for _ in range(size))
@@ -131,7 +132,7 @@ class NodeTable(tuple[Node, ...]):
         for node_id, node in changed.items():
             if node.alive:
                 table.alive[node_id] = node
-                table.total_free += node.free_gpus - table.free_gpus[node_id]
+                table.total_free += max(0, node.free_gpus) - max(0, table.free_gpus[node_id])
                 table.free_gpus[node_id] = node.free_gpus
                 table.free_cpus[node_id] = node.free_cpus
                 table.free_memory[node_id] = node.free_memory_gb
