@@ -409,3 +409,39 @@ def test_a_change_numbered_later_is_not_read_before_an_earlier_one_commits(
 def _reprioritise(uow: SqlUnitOfWork, trial_id: int) -> None:
     with uow() as repo:
         repo.update_trial(trial_id, TrialUpdate(priority="low"))
+
+
+def test_a_checkpoint_registered_while_the_loop_changes_its_trial_does_not_deadlock(
+    uow: SqlUnitOfWork,
+) -> None:
+    """The runtime registers a checkpoint (its insert holds a key-share lock on the trial, for
+    the foreign key) while the control loop's transaction has changed the same trial: both
+    number the trial at commit, and neither may wait for the other's lock in a cycle."""
+    _, trial = seed(uow)
+    session = sessionmaker(uow.engine)()
+    registered: list[BaseException | None] = []
+
+    def register() -> None:
+        try:
+            with uow() as repo:
+                repo.add_checkpoint(trial, "c1", 10, 1, {}, "ckpt/c1", 1, 5.0)
+            registered.append(None)
+        except BaseException as exc:  # noqa: BLE001 (handed to the test's thread)
+            registered.append(exc)
+
+    try:
+        # the loop: changed the trial, not committed yet
+        session.execute(sa_update(TrialRow).where(TrialRow.id == trial).values(priority="high"))
+        changes.touch(session, [trial])
+        runtime = threading.Thread(target=register)
+        runtime.start()
+        runtime.join(timeout=1.0)  # it inserted the checkpoint and waits to number the trial
+        changes.stamp(session)
+        session.commit()
+        runtime.join(timeout=30.0)
+    finally:
+        session.close()
+    assert registered == [None]
+    with uow() as repo:
+        assert repo.get_trial(trial).priority == "high"  # type: ignore[union-attr]
+        assert [c.uuid for c in repo.list_checkpoints(trial)] == ["c1"]

@@ -12,8 +12,12 @@ they are given, or a reader that saw number 11 could skip a number 10 committed 
 counter's row lock is held from the increment to the commit, so a transaction that takes the
 next number waits until the one before it has committed (PostgreSQL); SQLite has one writer at
 a time anyway. The trials' rows are locked before the counter's, so a transaction that holds the
-counter never waits for a trial row held by one that waits for the counter. The lock is taken
-at the commit, so it is held for two statements.
+counter never waits for a trial row held by one that waits for the counter. The rows are locked
+FOR NO KEY UPDATE, the lock an UPDATE of them takes: FOR UPDATE would also wait for the
+key-share lock that inserting a checkpoint or attempt takes on its trial (the foreign key), and
+a transaction that inserted one would wait for this one's row in turn, a deadlock
+(``test_a_checkpoint_registered_while_the_loop_changes_its_trial_does_not_deadlock``). The
+counter's lock is taken at the commit, so it is held for two statements.
 """
 
 from __future__ import annotations
@@ -49,7 +53,9 @@ def stamp(session: Session) -> None:
     ids = sorted(touched)
     chunks = [ids[at : at + _CHUNK] for at in range(0, len(ids), _CHUNK)]
     for chunk in chunks:  # rows first, in id order, then the counter (see the module's note)
-        session.execute(select(TrialRow.id).where(TrialRow.id.in_(chunk)).with_for_update())
+        session.execute(
+            select(TrialRow.id).where(TrialRow.id.in_(chunk)).with_for_update(key_share=True)
+        )
     number = session.execute(
         sa_update(ChangeCounterRow)
         .where(ChangeCounterRow.name == COUNTER)
