@@ -426,7 +426,7 @@ def test_a_checkpoint_registered_while_the_loop_changes_its_trial_does_not_deadl
             with uow() as repo:
                 repo.add_checkpoint(trial, "c1", 10, 1, {}, "ckpt/c1", 1, 5.0)
             registered.append(None)
-        except BaseException as exc:  # noqa: BLE001 (handed to the test's thread)
+        except BaseException as exc:  # handed to the test's thread
             registered.append(exc)
 
     try:
