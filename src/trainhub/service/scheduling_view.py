@@ -1,4 +1,5 @@
-"""The scheduler's facts, read from the server's database each tick.
+"""The scheduler's facts, read from the server's database: at each tick what changed since
+the last one (ADR 0024), all of it at the first tick and every few minutes.
 
 Production keeps what the simulator feeds the policies, and hands it to the same snapshot
 builder (:class:`trainhub.core.scheduling.view.SnapshotBuilder`) the simulator calls: each
@@ -133,9 +134,8 @@ class TrialReads:
     """What one tick read of the trials the scheduler sees (:meth:`SchedulingView.read`).
 
     ``records``: the trials changed since the last read (one record each), in whatever state
-    they are now; with
-    ``whole``, every queued and active trial instead (the first read, and a resync now and
-    then). ``attempts``, ``preemptions`` and ``checkpoints``: the open attempts, preemption
+    they are now; with ``whole``, every queued and active trial instead (the first read, and a
+    resync now and then). ``attempts``, ``preemptions`` and ``checkpoints``: the open attempts, preemption
     counts and checkpoint times of the queued and active ones among them. ``mark``: the change
     number to read from next time.
     """
