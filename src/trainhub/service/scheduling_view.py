@@ -135,9 +135,9 @@ class TrialReads:
 
     ``records``: the trials changed since the last read (one record each), in whatever state
     they are now; with ``whole``, every queued and active trial instead (the first read, and a
-    resync now and then). ``attempts``, ``preemptions`` and ``checkpoints``: the open attempts, preemption
-    counts and checkpoint times of the queued and active ones among them. ``mark``: the change
-    number to read from next time.
+    resync now and then). ``attempts``, ``preemptions`` and ``checkpoints``: the open
+    attempts, preemption counts and checkpoint times of the queued and active ones among them.
+    ``mark``: the change number to read from next time.
     """
 
     records: Sequence[SchedulingRecord]
