@@ -445,3 +445,27 @@ def test_a_checkpoint_registered_while_the_loop_changes_its_trial_does_not_deadl
     with uow() as repo:
         assert repo.get_trial(trial).priority == "high"  # type: ignore[union-attr]
         assert [c.uuid for c in repo.list_checkpoints(trial)] == ["c1"]
+
+
+def test_active_records_hold_what_an_attempt_is_judged_by(uow: SqlUnitOfWork) -> None:
+    experiment_id, first = seed(uow)
+    with uow() as repo:
+        second = repo.add_trial(experiment_id, {}, "normal", 3.0).id
+        write_trial(repo, first, TrialUpdate(state=TrialState.SCHEDULED))
+        write_trial(repo, first, TrialUpdate(state=TrialState.RUNNING, started_at=4.0))
+        repo.update_trial(first, TrialUpdate(cancel_requested=True, stop_reason="canceled"))
+        records = repo.active_records([TrialState.SCHEDULED, TrialState.RUNNING])
+        whole = repo.get_trial(first)
+    assert [r.id for r in records] == [first]  # trial `second` waits
+    assert whole is not None
+    assert second != first
+    assert records[0] == (
+        whole.id,
+        whole.experiment_id,
+        whole.tenant,
+        whole.state,
+        whole.cancel_requested,
+        whole.stop_reason,
+        whole.started_at,
+    )
+    assert (records[0].state, records[0].cancel_requested) == (TrialState.RUNNING, True)

@@ -49,6 +49,7 @@ from trainhub.service.monitoring import MonitoringService
 from trainhub.service.ports import ArtifactStore, AttemptLaunch, AttemptStatus, Executor
 from trainhub.service.records import (
     KEEP,
+    ActiveRecord,
     Attempt,
     AttemptUpdate,
     SchedulingRecord,
@@ -149,7 +150,8 @@ class ControlLoop:
         report = TickReport()
         self._release_orphans()
         with self.uow() as repo:
-            active = repo.trials_in_states(ACTIVE_STATES)
+            # the columns an attempt is judged by; the whole trial is read where one ends
+            active = repo.active_records(ACTIVE_STATES)
             attempts = repo.open_attempts([t.id for t in active])
             self._load_specs(repo, active)
             self.view.advance_usage(repo, active, attempts, self.clock())
@@ -166,7 +168,7 @@ class ControlLoop:
         self._schedule(report)
         return report
 
-    def _watch_nodes(self, active: Sequence[Trial], attempts: Mapping[int, Attempt]) -> None:
+    def _watch_nodes(self, active: Sequence[ActiveRecord], attempts: Mapping[int, Attempt]) -> None:
         """Refresh node health; preempt (by checkpoint) the trials of draining nodes."""
         assert self.monitoring is not None
         try:
@@ -185,7 +187,7 @@ class ControlLoop:
                 self._preempt(Preempt(trial.id, f"node {min(nodes)[:12]} is draining"))
 
     # ---------------------------------------------------------------- observing
-    def _observe(self, trial: Trial, attempt: Attempt | None) -> Verdict:
+    def _observe(self, trial: ActiveRecord, attempt: Attempt | None) -> Verdict:
         """Judge one active trial's attempt and carry the verdict out."""
         if attempt is None:
             lost = EndAttempt(AttemptOutcome.LOST, "no attempt record")
@@ -237,7 +239,7 @@ class ControlLoop:
                 )
         return verdict
 
-    def _poll_with_logs(self, trial: Trial, attempt: Attempt) -> AttemptStatus:
+    def _poll_with_logs(self, trial: Trial | ActiveRecord, attempt: Attempt) -> AttemptStatus:
         offsets = {
             rank: self.store.size(log_key(trial.tenant, trial.id, attempt.number, rank))
             for rank in range(len(attempt.placement))
@@ -249,7 +251,7 @@ class ControlLoop:
                 self.store.write_at(key, offsets.get(rank_status.rank, 0), rank_status.log_chunk)
         return status
 
-    def _last_log_line(self, trial: Trial, attempt: Attempt, rank: int) -> str:
+    def _last_log_line(self, trial: Trial | ActiveRecord, attempt: Attempt, rank: int) -> str:
         """The last non-empty line of a rank's output (at most 300 characters), or ''."""
         key = log_key(trial.tenant, trial.id, attempt.number, rank)
         if not self.store.exists(key):
@@ -259,7 +261,9 @@ class ControlLoop:
         said = [line for line in lines if line]
         return said[-1][:300] if said else ""
 
-    def _drain_logs(self, trial: Trial, attempt: Attempt, max_rounds: int = 64) -> AttemptStatus:
+    def _drain_logs(
+        self, trial: Trial | ActiveRecord, attempt: Attempt, max_rounds: int = 64
+    ) -> AttemptStatus:
         """Fetch the output that is left before the actors are released."""
         status = self._poll_with_logs(trial, attempt)
         for _ in range(max_rounds):
@@ -270,30 +274,34 @@ class ControlLoop:
 
     def _end(
         self,
-        trial: Trial,
+        record: Trial | ActiveRecord,
         attempt: Attempt | None,
         verdict: EndAttempt,
         status: AttemptStatus | None = None,
     ) -> None:
-        """End the attempt as ``verdict`` says and move the trial to its next state."""
+        """End the attempt as ``verdict`` says and move the trial to its next state (read
+        whole in the same transaction)."""
         exit_codes: tuple[int | None, ...] = ()
         detail = verdict.detail
         if attempt is not None:
             if verdict.stop_others:
                 # the gang is broken or would not stop: end the ranks that still run
                 self.executor.terminate(attempt.key, self.config.terminate_grace_s)
-            final = self._drain_logs(trial, attempt)
+            final = self._drain_logs(record, attempt)
             ranks = final.ranks or (status.ranks if status else ())
             exit_codes = tuple(r.exit_code for r in ranks)
             self.executor.release(attempt.key)
             failed = [r.rank for r in ranks if r.exit_code not in (0, None)]
             if verdict.outcome == AttemptOutcome.FAILED and failed:
                 # what the script said last is most often why it failed
-                said = self._last_log_line(trial, attempt, failed[0])
+                said = self._last_log_line(record, attempt, failed[0])
                 detail = f"{detail}; rank {failed[0]} said: {said}" if said else detail
         now = self.clock()
         outcome = verdict.outcome
         with self.uow() as repo:
+            trial = repo.get_trial(record.id)
+            if trial is None:
+                return
             ran_s = held_s = 0.0
             num_slots = 0
             progress_s = trial.progress_s
@@ -382,13 +390,15 @@ class ControlLoop:
             self.executor.release(key)
 
     # ---------------------------------------------------------------- scheduling
-    def _load_specs(self, repo: Repository, trials: Sequence[Trial | SchedulingRecord]) -> None:
+    def _load_specs(
+        self, repo: Repository, trials: Sequence[Trial | SchedulingRecord | ActiveRecord]
+    ) -> None:
         """Parse the specs of experiments not seen yet, read in one query."""
         missing = {t.experiment_id for t in trials if t.experiment_id not in self._specs}
         for experiment_id, spec in repo.experiment_specs(sorted(missing)).items():
             self._specs[experiment_id] = ExperimentSpec.model_validate(spec)
 
-    def _spec(self, repo: Repository, trial: Trial) -> ExperimentSpec:
+    def _spec(self, repo: Repository, trial: Trial | ActiveRecord) -> ExperimentSpec:
         spec = self._specs.get(trial.experiment_id)
         if spec is None:
             spec = ExperimentSpec.model_validate(repo.experiment_of(trial.id).spec)

@@ -115,6 +115,20 @@ class SchedulingRecord(NamedTuple):
     queue_position: int | None
 
 
+class ActiveRecord(NamedTuple):
+    """The columns of an active trial the control loop reads every tick to judge its attempt:
+    a narrow read like :class:`SchedulingRecord`; the whole trial is read for a trial whose
+    attempt ends."""
+
+    id: int
+    experiment_id: int
+    tenant: str
+    state: TrialState
+    cancel_requested: bool
+    stop_reason: str | None
+    started_at: float | None
+
+
 class SchedulingChanges(NamedTuple):
     """What changed for the scheduler since a change number (``Repository.scheduling_changes``).
 

@@ -23,6 +23,7 @@ from trainhub.core.entitlement import Interval
 from trainhub.core.layer_alerts import LayerAlert
 from trainhub.core.states import ExperimentState, TrialState
 from trainhub.service.records import (
+    ActiveRecord,
     Attempt,
     AttemptUpdate,
     AttemptUsage,
@@ -135,6 +136,11 @@ class TrialStore(Protocol):
     def trials_in_states(self, states: Sequence[TrialState]) -> list[Trial]: ...
     def scheduling_records(self, states: Sequence[TrialState]) -> list[SchedulingRecord]:
         """The scheduling columns of the trials in these states, by id (a narrow read)."""
+        ...
+
+    def active_records(self, states: Sequence[TrialState]) -> list[ActiveRecord]:
+        """What the control loop judges the attempts of the trials in these states by, by id
+        (a narrow read)."""
         ...
 
     def scheduling_changes(self, since: int | None) -> SchedulingChanges:

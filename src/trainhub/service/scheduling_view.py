@@ -35,6 +35,7 @@ from trainhub.core.scheduling.view import (
 from trainhub.core.spec import ExperimentSpec, Priority
 from trainhub.core.states import AttemptOutcome, TrialState
 from trainhub.service.records import (
+    ActiveRecord,
     Attempt,
     CheckpointTimes,
     SchedulingRecord,
@@ -216,7 +217,11 @@ class SchedulingView:
         return self._estimates[key]
 
     def advance_usage(
-        self, repo: Repository, active: Sequence[Trial], attempts: Mapping[int, Attempt], now: float
+        self,
+        repo: Repository,
+        active: Sequence[ActiveRecord],
+        attempts: Mapping[int, Attempt],
+        now: float,
     ) -> None:
         """Account the slots held since the last tick: what the open attempts hold now, at the
         start of a tick, before any of them is ended or started (exact between ticks)."""

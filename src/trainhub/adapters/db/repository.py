@@ -35,6 +35,7 @@ from trainhub.core.resources import ResourceRequest
 from trainhub.core.spec import Resources
 from trainhub.core.states import AttemptOutcome, ExperimentState, TrialState
 from trainhub.service.records import (
+    ActiveRecord,
     Attempt,
     AttemptUpdate,
     AttemptUsage,
@@ -548,6 +549,26 @@ class SqlRepository(SqlLayerAlertStore):
     def scheduling_records(self, states: Sequence[TrialState]) -> list[SchedulingRecord]:
         where = TrialRow.state.in_([s.value for s in states])
         return [record for record, _ in self._scheduling_rows(where)]
+
+    def active_records(self, states: Sequence[TrialState]) -> list[ActiveRecord]:
+        rows = self.s.execute(
+            select(
+                TrialRow.id,
+                TrialRow.experiment_id,
+                TrialRow.tenant_id,
+                TrialRow.state,
+                TrialRow.cancel_requested,
+                TrialRow.stop_reason,
+                TrialRow.started_at,
+            )
+            .where(TrialRow.state.in_([s.value for s in states]))
+            .order_by(TrialRow.id)
+        )
+        tenants = self._tenant_names()
+        return [
+            ActiveRecord(i, e, tenants[t], _STATES[s], bool(cancel), why, at)
+            for i, e, t, s, cancel, why, at in rows
+        ]
 
     def scheduling_changes(self, since: int | None) -> SchedulingChanges:
         if since is None:
