@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from tests.service.loop_harness import SIGTERM_EXIT, LoopHarness, cpu_nodes
 from trainhub.core.scheduling import BasePolicy, Decision, FifoPolicy, Preempt, Snapshot
@@ -377,3 +378,30 @@ def test_a_trial_canceled_while_the_loop_decides_is_not_started(tmp_path: Path) 
         assert [a.launch.trial_id for a in h.executor.attempts.values()] == [kept]
     finally:
         h.close()
+
+
+def test_a_change_written_around_the_repository_shows_at_the_next_resync(
+    h: LoopHarness,
+) -> None:
+    """A tick reads the trials whose changes were numbered since the last one (ADR 0024); a
+    change written in SQL by hand is numbered by nobody, and the queue shows it once the loop
+    reads every trial again (``resync_s``)."""
+    running = h.submit(WHOLE_CLUSTER)
+    start_running(h, running)
+    first, second = h.submit(WHOLE_CLUSTER), h.submit(WHOLE_CLUSTER)
+    h.tick()
+    assert (h.trial(first).queue_position, h.trial(second).queue_position) == (1, 2)
+    with h.uow() as repo:  # an admin's hand-written SQL: no change number
+        repo.s.execute(text("UPDATE trials SET state = 'CANCELED' WHERE id = :i"), {"i": first})
+    h.clock.step(1)
+    h.tick()
+    assert h.trial(second).queue_position == 2  # not seen yet
+    h.clock.step(h.loop.view.resync_s)
+    h.tick()
+    assert h.trial(second).queue_position == 1
+    # a change made through the repository is seen at the next tick
+    h.experiments.cancel_trial(h.principal, second)
+    third = h.submit(WHOLE_CLUSTER)
+    h.clock.step(1)
+    h.tick()
+    assert h.trial(third).queue_position == 1
