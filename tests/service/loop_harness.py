@@ -51,6 +51,9 @@ class FakeAttempt:
     detail: str = "placement group pending: waiting for resources"
     # a script that handles SIGTERM exits at once; one that ignores it runs on
     obeys_sigterm: bool = True
+    # what each rank printed so far; a poll returns it from the offset asked for, as Ray's
+    # rank workers read their log files
+    output: dict[int, bytes] = field(default_factory=dict)
 
 
 class FakeExecutor:
@@ -63,6 +66,7 @@ class FakeExecutor:
         self.terminated: list[tuple[str, float]] = []
         self.released: list[str] = []
         self.orphans: set[str] = set()
+        self.offsets_asked: list[dict[int, int]] = []
 
     # -- the port --
     def cluster_nodes(self) -> list[Node]:
@@ -78,9 +82,12 @@ class FakeExecutor:
         attempt = self.attempts.get(attempt_key)
         if attempt is None:
             return AttemptStatus(attempt_key, AttemptPhase.UNKNOWN, detail="not on Ray")
-        status = AttemptStatus(attempt_key, attempt.phase, tuple(attempt.ranks), attempt.detail)
-        attempt.ranks = [replace(r, log_chunk=b"") for r in attempt.ranks]  # output goes once
-        return status
+        ranks = tuple(
+            replace(r, log_chunk=attempt.output.get(r.rank, b"")[log_offsets.get(r.rank, 0) :])
+            for r in attempt.ranks
+        )
+        self.offsets_asked.append(dict(log_offsets))
+        return AttemptStatus(attempt_key, attempt.phase, ranks, attempt.detail)
 
     def terminate(self, attempt_key: str, grace_s: float = 10.0) -> None:
         self.terminated.append((attempt_key, grace_s))
@@ -103,14 +110,20 @@ class FakeExecutor:
         attempt.detail = ""
         attempt.ranks = [RankStatus(r.rank, RankPhase.RUNNING) for r in attempt.ranks]
 
+    def say(self, attempt_key: str, output: Mapping[int, bytes]) -> None:
+        """The ranks print ``output`` (rank -> bytes)."""
+        attempt = self.attempts[attempt_key]
+        for rank, data in output.items():
+            attempt.output[rank] = attempt.output.get(rank, b"") + data
+
     def exit(
         self, attempt_key: str, codes: Sequence[int], output: Mapping[int, bytes] | None = None
     ) -> None:
         """The ranks exit with ``codes``, having printed ``output`` (rank -> bytes) last."""
         attempt = self.attempts[attempt_key]
-        said = output or {}
+        self.say(attempt_key, output or {})
         attempt.ranks = [
-            RankStatus(r.rank, RankPhase.EXITED, code, log_chunk=said.get(r.rank, b""))
+            RankStatus(r.rank, RankPhase.EXITED, code)
             for r, code in zip(attempt.ranks, codes, strict=True)
         ]
         failed = [r for r in attempt.ranks if r.exit_code]

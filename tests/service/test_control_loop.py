@@ -13,7 +13,8 @@ from trainhub.core.scheduling import BasePolicy, Decision, FifoPolicy, Preempt, 
 from trainhub.core.states import AttemptOutcome, ExperimentState, TrialState
 from trainhub.core.verdicts import EndAttempt, RequestStop, Terminate, Wait
 from trainhub.runtime import protocol
-from trainhub.service.control_loop import LoopConfig
+from trainhub.service.control_loop import ControlLoop, LoopConfig
+from trainhub.service.keys import log_key
 from trainhub.service.tracking import TrackingService
 
 SPEC = "name: demo\nentrypoint: sleep 3600\nresources: {workers: 2, cpus_per_worker: 2}\n"
@@ -405,3 +406,28 @@ def test_a_change_written_around_the_repository_shows_at_the_next_resync(
     h.clock.step(1)
     h.tick()
     assert h.trial(third).queue_position == 1
+
+
+def test_each_ranks_output_is_stored_once_in_order_across_ticks_and_a_restart(
+    h: LoopHarness,
+) -> None:
+    """The loop counts the bytes of each rank's log it stored and asks the executor for what
+    follows; a new loop (a restarted server) asks the store once per attempt."""
+    trial_id = h.submit(SPEC)
+    key = start_running(h, trial_id)
+    h.executor.say(key, {0: b"epoch 0\n", 1: b"rank 1 up\n"})
+    h.tick()
+    h.executor.say(key, {0: b"epoch 1\n"})
+    h.tick()
+    h.tick()  # nothing new
+    assert h.executor.offsets_asked[-1] == {0: 16, 1: 10}
+    # the server restarts: a new control loop on the same database and store
+    h.loop = ControlLoop(h.uow, h.executor, h.store, h.loop.policy, h.loop.config, h.clock)
+    h.executor.say(key, {0: b"epoch 2\n"})
+    h.tick()
+    h.executor.exit(key, [0, 0], {0: b"done\n", 1: b"bye\n"})
+    h.tick()
+    assert h.trial(trial_id).state == TrialState.COMPLETED
+    tenant = h.trial(trial_id).tenant
+    logs = [h.store.get(log_key(tenant, trial_id, 1, rank)) for rank in (0, 1)]
+    assert logs == [b"epoch 0\nepoch 1\nepoch 2\ndone\n", b"rank 1 up\nbye\n"]

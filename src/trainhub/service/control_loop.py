@@ -139,6 +139,8 @@ class ControlLoop:
             config.estimate_min_samples,
         )
         self._last_orphan_check = float("-inf")
+        # attempt key -> rank -> bytes of its log stored (see _poll_with_logs)
+        self._log_sizes: dict[str, dict[int, int]] = {}
 
     @property
     def usage(self) -> DecayedUsage:
@@ -161,6 +163,9 @@ class ControlLoop:
             report.verdicts[trial.id] = verdict
             if isinstance(verdict, EndAttempt):
                 report.ended.append(trial.id)
+        if len(self._log_sizes) > len(attempts):  # ended attempts' counts
+            polled = {a.key for a in attempts.values()}
+            self._log_sizes = {k: v for k, v in self._log_sizes.items() if k in polled}
         if self.hooks is not None:
             self.hooks.tick()
         if self.monitoring is not None:
@@ -240,15 +245,24 @@ class ControlLoop:
         return verdict
 
     def _poll_with_logs(self, trial: Trial | ActiveRecord, attempt: Attempt) -> AttemptStatus:
-        offsets = {
-            rank: self.store.size(log_key(trial.tenant, trial.id, attempt.number, rank))
-            for rank in range(len(attempt.placement))
-        }
-        status = self.executor.poll(attempt.key, offsets)
+        # how much of each rank's log is stored: the loop is its only writer, so it counts
+        # what it wrote; the store is asked once per attempt (at its first poll by this
+        # process), not every tick (3,000 running trials: most of a tick went to those stats)
+        offsets = self._log_sizes.get(attempt.key)
+        if offsets is None:
+            offsets = {
+                rank: self.store.size(log_key(trial.tenant, trial.id, attempt.number, rank))
+                for rank in range(len(attempt.placement))
+            }
+            self._log_sizes[attempt.key] = offsets
+        status = self.executor.poll(attempt.key, dict(offsets))
         for rank_status in status.ranks:
-            if rank_status.log_chunk:
+            chunk = rank_status.log_chunk
+            if chunk:
                 key = log_key(trial.tenant, trial.id, attempt.number, rank_status.rank)
-                self.store.write_at(key, offsets.get(rank_status.rank, 0), rank_status.log_chunk)
+                at = offsets.get(rank_status.rank, 0)
+                self.store.write_at(key, at, chunk)
+                offsets[rank_status.rank] = at + len(chunk)
         return status
 
     def _last_log_line(self, trial: Trial | ActiveRecord, attempt: Attempt, rank: int) -> str:
