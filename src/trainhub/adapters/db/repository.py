@@ -151,6 +151,23 @@ def _token(row: TokenRow) -> Token:
     )
 
 
+_OPEN_ATTEMPT_COLUMNS = (
+    AttemptRow.id,
+    AttemptRow.trial_id,
+    AttemptRow.number,
+    AttemptRow.key,
+    AttemptRow.placement,
+    AttemptRow.restored_checkpoint_id,
+    AttemptRow.token_id,
+    AttemptRow.detail,
+    AttemptRow.created_at,
+    AttemptRow.started_at,
+    AttemptRow.num_slots,
+    AttemptRow.stop_requested_at,
+    AttemptRow.terminate_sent_at,
+)
+
+
 def _attempt(row: AttemptRow) -> Attempt:
     return Attempt(
         row.id,
@@ -700,13 +717,32 @@ class SqlRepository(SqlLayerAlertStore):
         found: dict[int, Attempt] = {}
         for chunk in _chunks(trial_ids):
             rows = self.s.execute(
-                select(AttemptRow.__table__)
+                select(*_OPEN_ATTEMPT_COLUMNS)
                 .where(AttemptRow.trial_id.in_(chunk), AttemptRow.outcome.is_(None))
                 .order_by(AttemptRow.number)
             )
-            for row in rows:
-                # the highest number wins, as open_attempt; plain rows, read every tick
-                found[row.trial_id] = _attempt(row)  # type: ignore[arg-type]
+            # the highest number wins, as open_attempt; plain rows, read every tick. An open
+            # attempt has no outcome, exit codes or end yet (they are written when it ends):
+            # its exit codes' JSON column is not read
+            for i, t, n, k, where, restored, token, detail, made, began, slots, stop, term in rows:
+                found[t] = Attempt(
+                    i,
+                    t,
+                    n,
+                    k,
+                    tuple(where),
+                    restored,
+                    token,
+                    None,
+                    (),
+                    detail,
+                    made,
+                    began,
+                    None,
+                    slots,
+                    stop,
+                    term,
+                )
         return found
 
     def list_attempts(self, trial_id: int) -> list[Attempt]:
