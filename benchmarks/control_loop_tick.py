@@ -1,0 +1,106 @@
+"""One control-loop tick at scale: 3,000 running trials and 2,000 queued, fair policy.
+
+The loop runs on a real SQLite database and artifact store with the test harness's fake
+executor (tests/service/loop_harness.py: no Ray, polls answered from memory), so the tick's
+time is the control plane's own: reading the active trials and their open attempts, judging
+each attempt, storing log output, and the scheduling decision. Prints one JSON line: the
+median of 10 steady ticks (after the queue's pending notes are written) and of 10 reads of
+the open attempts. ``--baseline ROOT`` measures the code of another checkout (a worktree of an
+older commit) in the same run first, and adds the ratios:
+
+    .venv/bin/python benchmarks/control_loop_tick.py
+    git worktree add /tmp/before d905155
+    .venv/bin/python benchmarks/control_loop_tick.py --baseline /tmp/before
+
+Not part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RUNNING, QUEUED, NODES = 3000, 2000, 375  # 375 nodes x 8 CPUs: the 3,000 fill them
+SPEC = "name: s\nentrypoint: sleep 3600\nresources: {workers: 1, cpus_per_worker: 1}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--baseline", type=Path, help="another checkout, measured first")
+    args = parser.parse_args(argv)
+    baseline = None
+    if args.baseline is not None:  # its own process: a process imports one trainhub
+        ran = subprocess.run(
+            [sys.executable, __file__, "--root", str(args.baseline)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        baseline = json.loads(ran.stdout.strip().splitlines()[-1])
+        print(json.dumps(baseline), flush=True)
+    # the code of --root, not the installed package (to compare commits)
+    sys.path[:0] = [str(args.root), str(args.root / "src")]
+    from tests.service.loop_harness import LoopHarness, cpu_nodes
+
+    from trainhub.core.scheduling import create_policy
+    from trainhub.core.states import TrialState
+    from trainhub.service.control_loop import LoopConfig
+
+    with tempfile.TemporaryDirectory() as folder:
+        h = LoopHarness(
+            Path(folder), create_policy("fair"), cpu_nodes(NODES), LoopConfig("http://127.0.0.1:1")
+        )
+        try:
+            for _ in range(RUNNING):
+                h.submit(SPEC)
+            h.tick()  # places all of them
+            for key in list(h.executor.attempts):
+                h.executor.run(key)
+            for _ in range(QUEUED):
+                h.submit(SPEC)
+            for _ in range(3):  # marks them running; the queue's notes written
+                h.clock.step(5)
+                h.tick()
+            ticks = []
+            for _ in range(10):
+                h.clock.step(5)
+                t0 = time.perf_counter()
+                h.tick()
+                ticks.append(time.perf_counter() - t0)
+            with h.uow() as repo:
+                active = repo.scheduling_records([TrialState.RUNNING])
+            ids = [t.id for t in active]
+            reads = []
+            for _ in range(10):
+                t0 = time.perf_counter()
+                with h.uow() as repo:
+                    repo.open_attempts(ids)
+                reads.append(time.perf_counter() - t0)
+        finally:
+            h.close()
+    tick_ms = round(statistics.median(ticks) * 1e3, 1)
+    open_ms = round(statistics.median(reads) * 1e3, 1)
+    line: dict[str, object] = {
+        "benchmark": "control_loop_tick",
+        "running": len(ids),
+        "queued": QUEUED,
+        "tick_ms": tick_ms,
+        "open_attempts_ms": open_ms,
+        "root": str(args.root),
+    }
+    if baseline is not None:
+        line["tick_vs_baseline"] = round(tick_ms / float(baseline["tick_ms"]), 3)
+        line["open_attempts_vs_baseline"] = round(open_ms / float(baseline["open_attempts_ms"]), 3)
+    print(json.dumps(line), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
