@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from enum import Enum
@@ -42,7 +43,7 @@ from typing import TypeVar, cast
 
 from sqlalchemy import create_engine, insert, text
 
-from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from trainhub.adapters.db import SqlRepository, SqlUnitOfWork, make_engine, migrate
 from trainhub.adapters.db.models import ExperimentRow, TenantRow, TrialRow, UserRow
 from trainhub.core.entitlement import EntitlementLedger
 from trainhub.core.gcpause import collection_paused
@@ -430,32 +431,30 @@ def scheduling_read(url: str) -> dict[str, object]:
         )
     uow = SqlUnitOfWork(engine)
     active = [TrialState.SCHEDULED, TrialState.RUNNING, TrialState.PREEMPTING]
-    medians: dict[str, float] = {}
-    for name, scheduling in (("whole_ms", False), ("records_ms", True)):
+
+    def median_ms(read: Callable[[SqlRepository], object]) -> float:
+        """Median of 10 units of work that each make ``read``."""
         times = []
         for _ in range(10):
             t0 = time.perf_counter()
             with uow() as repo:
-                for states in ([TrialState.QUEUED], active):
-                    if scheduling:
-                        repo.scheduling_records(states)
-                    else:
-                        repo.trials_in_states(states)
+                read(repo)
             times.append(time.perf_counter() - t0)
-        medians[name] = round(statistics.median(times) * 1e3, 1)
-    # the observation's read of the 3,112 active trials: whole trials (before) against the
-    # columns an attempt is judged by
-    for name, narrow in (("observe_whole_ms", False), ("observe_records_ms", True)):
-        times = []
-        for _ in range(10):
-            t0 = time.perf_counter()
-            with uow() as repo:
-                if narrow:
-                    repo.active_records(active)
-                else:
-                    repo.trials_in_states(active)
-            times.append(time.perf_counter() - t0)
-        medians[name] = round(statistics.median(times) * 1e3, 1)
+        return round(statistics.median(times) * 1e3, 1)
+
+    medians = {
+        # the scheduling read of the queued and the active trials
+        "whole_ms": median_ms(
+            lambda r: (r.trials_in_states([TrialState.QUEUED]), r.trials_in_states(active))
+        ),
+        "records_ms": median_ms(
+            lambda r: (r.scheduling_records([TrialState.QUEUED]), r.scheduling_records(active))
+        ),
+        # the observation's read of the 3,112 active trials: whole trials (before) against
+        # the columns an attempt is judged by
+        "observe_whole_ms": median_ms(lambda r: r.trials_in_states(active)),
+        "observe_records_ms": median_ms(lambda r: r.active_records(active)),
+    }
     # a tick's read as the control loop makes it (SchedulingView.read, ADR 0024): the trials
     # changed since the last tick, 100 of them here, with their attempts and checkpoints
     view = SchedulingView(create_policy("fair"), half_life_s=7 * 24 * 3600.0)

@@ -726,22 +726,22 @@ class SqlRepository(SqlLayerAlertStore):
             # its exit codes' JSON column is not read
             for i, t, n, k, where, restored, token, detail, made, began, slots, stop, term in rows:
                 found[t] = Attempt(
-                    i,
-                    t,
-                    n,
-                    k,
-                    tuple(where),
-                    restored,
-                    token,
-                    None,
-                    (),
-                    detail,
-                    made,
-                    began,
-                    None,
-                    slots,
-                    stop,
-                    term,
+                    id=i,
+                    trial_id=t,
+                    number=n,
+                    key=k,
+                    placement=tuple(where),
+                    restored_checkpoint_id=restored,
+                    token_id=token,
+                    outcome=None,
+                    exit_codes=(),
+                    detail=detail,
+                    created_at=made,
+                    started_at=began,
+                    ended_at=None,
+                    num_slots=slots,
+                    stop_requested_at=stop,
+                    terminate_sent_at=term,
                 )
         return found
 
