@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import random
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +15,7 @@ from trainhub.core.fairshare import (
     jain_index,
     mean_life_s,
 )
+from trainhub.core.resources import ResourceRequest
 from trainhub.core.scheduling import (
     LasConfig,
     LeastAttainedServicePolicy,
@@ -140,3 +143,51 @@ def test_jain_index() -> None:
     assert jain_index([1.0, 1.0, 1.0]) == pytest.approx(1.0)
     assert jain_index([1.0, 0.0, 0.0]) == pytest.approx(1 / 3)
     assert math.isclose(jain_index({}), 1.0)
+
+
+def test_las_admits_cpu_trials_after_the_gpu_budget_is_spent() -> None:
+    """Each kind of slot has its own budget: once the GPUs are all admitted, the GPU jobs left
+    wait or are preempted, and a CPU-only job behind them in the order still starts."""
+    policy = LeastAttainedServicePolicy(
+        LasConfig(thresholds_slot_s=(3600.0,), promote_factor=0.0, min_run_time_s=0.0)
+    )
+    cpu_only = replace(queued(3, at=7100.0), request=ResourceRequest(1, 0, 4.0, 0.0))
+    snap = snapshot(
+        nodes=[node("a", 2, free=0, cpus=8.0)],
+        # two old GPU jobs of 2 GPU-hours each: below every new job in the order
+        run=[running(10, "t", ["a"], started_at=0.0), running(11, "t", ["a"], started_at=0.0)],
+        queue=[queued(1, at=7000.0, gpus=2), queued(2, at=7050.0), cpu_only],
+        now=7200.0,
+    )
+    out = policy.decide(snap)
+    check_contract(snap, list(out))
+    decided = by_id(out)
+    assert isinstance(decided[3], Start)  # 4 of the node's 8 CPUs: the GPU jobs took none
+    assert not isinstance(decided[1], Start)  # the GPUs are still held by 10 and 11
+    assert not isinstance(decided[2], Start)  # behind 1, the GPU budget is spent
+    assert preempted(out) == {10, 11}
+
+
+def test_las_decides_as_a_fresh_policy_while_trials_come_go_and_sink() -> None:
+    """The policy keeps the running order between passes; over passes in which jobs start,
+    end and sink a queue as time goes on, it decides as a policy that sees each pass first."""
+    config = LasConfig(thresholds_slot_s=(600.0, 3600.0), promote_factor=2.0, min_run_time_s=60.0)
+    kept = LeastAttainedServicePolicy(config)
+    rng = random.Random(7)
+    nodes = [node(f"n{i}", 4, free=0) for i in range(6)]
+    run = [running(i, "t", [f"n{i % 6}"], started_at=rng.uniform(0, 500)) for i in range(24)]
+    waiting = [
+        queued(100 + i, at=rng.uniform(0, 500), attained=rng.choice([0.0, 900.0]))
+        for i in range(30)
+    ]
+    next_id = 200
+    for step in range(40):
+        now = 500.0 + 60.0 * step
+        for _ in range(2):  # one job ends and another takes its GPU; one job arrives
+            gone = run.pop(rng.randrange(len(run)))
+            run.append(running(next_id, "t", gone.placement, started_at=now - rng.uniform(0, 60)))
+            waiting.append(queued(next_id + 1, at=now))
+            next_id += 2
+        snap = snapshot(nodes=nodes, queue=waiting, run=run, now=now)
+        fresh = LeastAttainedServicePolicy(config)
+        assert split_decisions(kept.decide(snap)) == split_decisions(fresh.decide(snap)), step

@@ -22,12 +22,21 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import NamedTuple
 
 from trainhub.core.resources import ResourceRequest
 from trainhub.core.scheduling.base import BasePolicy
 from trainhub.core.scheduling.decisions import DecisionList, Pending, Preempt, Reason, Start
 from trainhub.core.scheduling.nodepool import NodePool
-from trainhub.core.scheduling.queue import OrderKey, QueueOrder, Run, RunView, TrialQueue, shape_of
+from trainhub.core.scheduling.queue import (
+    OrderKey,
+    QueueOrder,
+    Run,
+    RunView,
+    Shape,
+    TrialQueue,
+    shape_of,
+)
 from trainhub.core.scheduling.reasons import ReasonBook
 from trainhub.core.scheduling.snapshot import QueuedTrial, RunningTrial, Snapshot
 
@@ -60,15 +69,31 @@ class LasConfig:
             raise ValueError("promote_factor and min_run_time_s must be >= 0")
 
 
+# a running job's place in the order: (level, submitted, id, the job, its slot kind)
+_Entry = tuple[float, float, int, RunningTrial, int]
+
+
+class _Ranked(NamedTuple):
+    """A running job's entry, the times between which its level holds, and when it sinks
+    next (with the level it sinks to)."""
+
+    trial: RunningTrial
+    entry: _Entry
+    since: float
+    until: float
+    sink: tuple[float, int] | None
+
+
 class LeastAttainedServicePolicy(BasePolicy):
     name = "las"
 
     def __init__(self, config: LasConfig | None = None) -> None:
         self.config = config or LasConfig()
         self.queue_order = QueueOrder("2d-las", self._order_key)
-        # caches that never change an answer: per running trial the times it sinks a queue;
-        # per queue group its level segments
-        self._crossings: dict[int, tuple[RunningTrial, tuple[float, ...]]] = {}
+        # caches that never change an answer: per running trial its place in the order while
+        # its queue level holds, and the order itself; per queue group its level segments
+        self._ranked: dict[int, _Ranked] = {}
+        self._order: list[_Entry] = []
         self._cuts: dict[int, tuple[Run, list[RunView]]] = {}
 
     def level(self, attained_slot_s: float) -> int:
@@ -112,35 +137,50 @@ class LeastAttainedServicePolicy(BasePolicy):
 
     def _running_order(
         self, running: Sequence[RunningTrial], now: float
-    ) -> tuple[list[tuple[float, float, int, RunningTrial]], list[tuple[float, int]]]:
+    ) -> tuple[list[_Entry], list[tuple[float, int]]]:
         """Running jobs by (level now, submitted, id), and (next sink time, next level) of
-        each."""
-        thresholds = self.config.thresholds_slot_s
-        cache = self._crossings
-        fresh: dict[int, tuple[RunningTrial, tuple[float, ...]]] = {}
-        order: list[tuple[float, float, int, RunningTrial]] = []
+        each. The order of the last call is kept and only the jobs that started, ended or sank
+        a queue since are sorted into it."""
+        cache = self._ranked
+        fresh: dict[int, _Ranked] = {}
+        moved: list[_Entry] = []
         sinks: list[tuple[float, int]] = []
         for trial in running:
             if trial.preempting:
                 continue
             known = cache.get(trial.trial_id)
-            if known is None or known[0] is not trial:
-                slots = trial.request.num_slots
-                times = tuple(
-                    trial.started_at + (limit - trial.attained_service) / slots
-                    if slots
-                    else math.inf
-                    for limit in thresholds
-                )
-                known = (trial, times)
+            if known is None or known.trial is not trial or not known.since <= now < known.until:
+                known = self._rank_running(trial, now)
+                moved.append(known.entry)
             fresh[trial.trial_id] = known
-            level = bisect.bisect_right(known[1], now)
-            order.append((float(level), trial.submitted_at, trial.trial_id, trial))
-            if level < len(thresholds):
-                sinks.append((known[1][level], level + 1))
-        self._crossings = fresh
-        order.sort(key=lambda item: item[:3])
+            if known.sink is not None:
+                sinks.append(known.sink)
+        self._ranked = fresh
+        order = self._order
+        if moved or len(order) != len(fresh):
+            get = fresh.get
+            order = [e for e in order if (k := get(e[2])) is not None and k.entry is e]
+            moved.sort()
+            order += moved
+            order.sort()  # two sorted runs: a merge; ids are unique, trials never compared
+            self._order = order
         return order, sinks
+
+    def _rank_running(self, trial: RunningTrial, now: float) -> _Ranked:
+        thresholds = self.config.thresholds_slot_s
+        slots = trial.request.num_slots
+        times = [
+            trial.started_at + (limit - trial.attained_service) / slots if slots else math.inf
+            for limit in thresholds
+        ]
+        level = bisect.bisect_right(times, now)
+        return _Ranked(
+            trial,
+            (float(level), trial.submitted_at, trial.trial_id, trial, _kind(trial.request)),
+            times[level - 1] if level else -math.inf,
+            times[level] if level < len(times) else math.inf,
+            (times[level], level + 1) if level < len(times) else None,
+        )
 
     def decide(self, snapshot: Snapshot) -> DecisionList:
         now = snapshot.now
@@ -154,53 +194,91 @@ class LeastAttainedServicePolicy(BasePolicy):
             sum(int(n.total_cpus) for n in pool.nodes.values()),
         ]
         running, sinks = self._running_order(snapshot.running, now)
-        heap = [(self._queued_rank(seg[0], now), i, 0) for i, seg in enumerate(segments)]
+        # each segment walked by an iterator (indexing a chunked run trial by trial costs more)
+        walks = [iter(segment) for segment in segments]
+        heap: list[tuple[tuple[float, float, int], int, int, QueuedTrial]] = []
+        for index, walk in enumerate(walks):
+            head = next(walk)
+            heap.append((self._queued_rank(head, now), index, 0, head))
         heapq.heapify(heap)
-        admitted: list[QueuedTrial] = []
+        admitted: list[tuple[QueuedTrial, int]] = []  # with its segment's index
         lazy: list[tuple[Sequence[QueuedTrial], int, Reason]] = []
         evictable: list[RunningTrial] = []
+        old_enough = now - self.config.min_run_time_s
         at_run = 0
+        spent = [False, False]  # a kind's budget below one slot: nothing more of it is admitted
         while at_run < len(running) or heap:
-            take_running = at_run < len(running) and (not heap or running[at_run][:3] <= heap[0][0])
+            # a running entry is never equal to a queued rank: their ids differ
+            take_running = at_run < len(running) and (not heap or running[at_run] < heap[0][0])
             if take_running:
-                trial = running[at_run][3]
+                _, _, _, trial, kind = running[at_run]
                 at_run += 1
-                slots, kind = trial.request.num_slots, _kind(trial.request)
+                slots = trial.request.num_slots
                 if budget[kind] >= slots or not trial.preemptible:
                     budget[kind] -= slots
-                elif now - trial.started_at >= self.config.min_run_time_s:
+                elif trial.started_at <= old_enough:
                     evictable.append(trial)
                 else:
                     budget[kind] -= slots
-                continue
-            _, index, at = heapq.heappop(heap)
-            trials = segments[index]
-            queued = trials[at]
-            slots, kind = queued.request.num_slots, _kind(queued.request)
-            if budget[kind] >= slots:
-                budget[kind] -= slots
-                admitted.append(queued)
-                if at + 1 < len(trials):
-                    rank = self._queued_rank(trials[at + 1], now)
-                    heapq.heappush(heap, (rank, index, at + 1))
             else:
-                lazy.append((trials, at, book.waiting))
+                _, index, at, queued = heapq.heappop(heap)
+                slots, kind = queued.request.num_slots, _kind(queued.request)
+                if budget[kind] >= slots:
+                    budget[kind] -= slots
+                    admitted.append((queued, index))
+                    following = next(walks[index], None)
+                    if following is not None:
+                        rank = self._queued_rank(following, now)
+                        heapq.heappush(heap, (rank, index, at + 1, following))
+                else:
+                    lazy.append((segments[index], at, book.waiting))
+            if budget[kind] < 1 and not spent[kind]:
+                # the rest of this kind is decided without the merge: its queued heads wait,
+                # its running trials are evictable or kept as they are
+                spent[kind] = True
+                rest = running[at_run:]
+                running = [item for item in rest if item[4] != kind]
+                at_run = 0
+                evictable.extend(
+                    item[3]
+                    for item in rest
+                    if item[4] == kind and item[3].preemptible and item[3].started_at <= old_enough
+                )
+                kept = []
+                for entry in heap:
+                    if _kind(entry[3].request) == kind:
+                        lazy.append((segments[entry[1]], entry[2], book.waiting))
+                    else:
+                        kept.append(entry)
+                heapq.heapify(kept)
+                heap = kept
         starts: list[Start] = []
         pending: list[Pending] = []
         blocked = False
-        for queued in admitted:
-            ranks = pool.place(queued.request)
-            if ranks is None:
-                if not pool.fits_empty(queued.request, shape_of(queued.request)):
-                    lazy.append(((queued,), 0, book.never))
+        # a shape that did not fit does not fit later in the pass either (the pool only fills)
+        refused: dict[Shape, Reason] = {}
+        shapes: dict[int, Shape] = {}  # by segment: a segment's trials share one shape
+        for queued, index in admitted:
+            request = queued.request
+            shape = shapes.get(index)
+            if shape is None:
+                shape = shapes[index] = shape_of(request)
+            reason = refused.get(shape)
+            if reason is None:
+                ranks = pool.place(request)
+                if ranks is not None:
+                    starts.append(Start(queued.trial_id, ranks))
+                    pool.take(request, ranks)
+                    book.started(request, ranks)
                     continue
-                blocked = True
-                # why it does not fit (GPUs, CPUs or memory), against the nodes after the pass
-                lazy.append(((queued,), 0, book.prefixed("admitted by attained service")))
-                continue
-            starts.append(Start(queued.trial_id, ranks))
-            pool.take(queued.request, ranks)
-            book.started(queued.request, ranks)
+                if pool.fits_empty(request, shape):
+                    blocked = True
+                    # why it does not fit (GPUs, CPUs or memory), against the nodes after the pass
+                    reason = book.prefixed("admitted by attained service")
+                else:
+                    reason = book.never
+                refused[shape] = reason
+            lazy.append(((queued,), 0, reason))
         preempts = [
             Preempt(t.trial_id, "a job with less attained service needs its GPUs")
             for t in evictable
@@ -232,11 +310,9 @@ class LeastAttainedServicePolicy(BasePolicy):
             promote_at = self._promote_at(head)
             if level and now < promote_at < wake:
                 wake = promote_at
-        if self.config.min_run_time_s:
-            for trial in snapshot.running:
-                free_at = trial.started_at + self.config.min_run_time_s
-                if now < free_at < wake:
-                    wake = free_at
+        if min_run := self.config.min_run_time_s:
+            frees = [trial.started_at + min_run for trial in snapshot.running]
+            wake = min(wake, min((at for at in frees if at > now), default=math.inf))
         return None if math.isinf(wake) else wake + 1e-6
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain
+from itertools import accumulate, chain, islice
 from typing import NamedTuple, overload
 
 from trainhub.core.resources import ResourceRequest
@@ -194,6 +194,14 @@ class Run(Sequence[QueuedTrial]):
     def __iter__(self) -> Iterator[QueuedTrial]:
         return chain.from_iterable(self._chunks)
 
+    def iter_range(self, start: int, stop: int) -> Iterator[QueuedTrial]:
+        """``iter(self[start:stop])`` without copying or indexing trial by trial."""
+        if start >= stop:
+            return iter(())
+        c = bisect.bisect_right(self._starts, start) - 1
+        first = self._chunks[c][start - self._starts[c] :]
+        return islice(chain(first, chain.from_iterable(self._chunks[c + 1 :])), stop - start)
+
     @overload
     def __getitem__(self, index: int) -> QueuedTrial: ...
     @overload
@@ -221,6 +229,9 @@ class RunView(Sequence[QueuedTrial]):
 
     def __len__(self) -> int:
         return max(0, self._stop - self._start)
+
+    def __iter__(self) -> Iterator[QueuedTrial]:
+        return self._run.iter_range(self._start, self._stop)
 
     @overload
     def __getitem__(self, index: int) -> QueuedTrial: ...
