@@ -69,8 +69,9 @@ class LasConfig:
             raise ValueError("promote_factor and min_run_time_s must be >= 0")
 
 
-# a running job's place in the order: (level, submitted, id, the job, its slot kind)
-_Entry = tuple[float, float, int, RunningTrial, int]
+# a running job's place in the order: (level, submitted, id, the job, its slot kind, the
+# decision that preempts it, made once)
+_Entry = tuple[float, float, int, RunningTrial, int, Preempt]
 
 
 class _Ranked(NamedTuple):
@@ -176,7 +177,14 @@ class LeastAttainedServicePolicy(BasePolicy):
         level = bisect.bisect_right(times, now)
         return _Ranked(
             trial,
-            (float(level), trial.submitted_at, trial.trial_id, trial, _kind(trial.request)),
+            (
+                float(level),
+                trial.submitted_at,
+                trial.trial_id,
+                trial,
+                _kind(trial.request),
+                Preempt(trial.trial_id, _PREEMPT_REASON),
+            ),
             times[level - 1] if level else -math.inf,
             times[level] if level < len(times) else math.inf,
             (times[level], level + 1) if level < len(times) else None,
@@ -203,7 +211,7 @@ class LeastAttainedServicePolicy(BasePolicy):
         heapq.heapify(heap)
         admitted: list[tuple[QueuedTrial, int]] = []  # with its segment's index
         lazy: list[tuple[Sequence[QueuedTrial], int, Reason]] = []
-        evictable: list[RunningTrial] = []
+        evictable: list[Preempt] = []
         old_enough = now - self.config.min_run_time_s
         at_run = 0
         spent = [False, False]  # a kind's budget below one slot: nothing more of it is admitted
@@ -211,13 +219,13 @@ class LeastAttainedServicePolicy(BasePolicy):
             # a running entry is never equal to a queued rank: their ids differ
             take_running = at_run < len(running) and (not heap or running[at_run] < heap[0][0])
             if take_running:
-                _, _, _, trial, kind = running[at_run]
+                _, _, _, trial, kind, preempt = running[at_run]
                 at_run += 1
                 slots = trial.request.num_slots
                 if budget[kind] >= slots or not trial.preemptible:
                     budget[kind] -= slots
                 elif trial.started_at <= old_enough:
-                    evictable.append(trial)
+                    evictable.append(preempt)
                 else:
                     budget[kind] -= slots
             else:
@@ -240,7 +248,7 @@ class LeastAttainedServicePolicy(BasePolicy):
                 running = [item for item in rest if item[4] != kind]
                 at_run = 0
                 evictable.extend(
-                    item[3]
+                    item[5]
                     for item in rest
                     if item[4] == kind and item[3].preemptible and item[3].started_at <= old_enough
                 )
@@ -279,11 +287,7 @@ class LeastAttainedServicePolicy(BasePolicy):
                     reason = book.never
                 refused[shape] = reason
             lazy.append(((queued,), 0, reason))
-        preempts = [
-            Preempt(t.trial_id, "a job with less attained service needs its GPUs")
-            for t in evictable
-            if blocked
-        ]
+        preempts = evictable if blocked else []
         return DecisionList(
             starts, preempts, pending, lazy, self._wake_at(snapshot, segments, sinks)
         )
@@ -314,6 +318,9 @@ class LeastAttainedServicePolicy(BasePolicy):
             frees = [trial.started_at + min_run for trial in snapshot.running]
             wake = min(wake, min((at for at in frees if at > now), default=math.inf))
         return None if math.isinf(wake) else wake + 1e-6
+
+
+_PREEMPT_REASON = "a job with less attained service needs its GPUs"
 
 
 def _kind(request: ResourceRequest) -> int:
