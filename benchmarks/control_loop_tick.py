@@ -4,9 +4,11 @@ The loop runs on a real SQLite database and artifact store with the test harness
 executor (tests/service/loop_harness.py: no Ray, polls answered from memory), so the tick's
 time is the control plane's own: reading the active trials and their open attempts, judging
 each attempt, storing log output, and the scheduling decision. Prints one JSON line: the
-median of 10 steady ticks (after the queue's pending notes are written) and of 10 reads of
-the open attempts. ``--baseline ROOT`` measures the code of another checkout (a worktree of an
-older commit) in the same run first, and adds the ratios:
+median of 10 steady ticks (after the queue's pending notes are written; before each, 25
+running attempts exit, so 25 trials complete and 25 queued ones start, and the attempts
+launched a tick earlier run) and of 10 reads of every open attempt. ``--baseline ROOT``
+measures the code of another checkout (a worktree of an older commit) in the same run first,
+and adds the ratios:
 
     .venv/bin/python benchmarks/control_loop_tick.py
     git worktree add /tmp/before d905155
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -27,6 +30,7 @@ import time
 from pathlib import Path
 
 RUNNING, QUEUED, NODES = 3000, 2000, 375  # 375 nodes x 8 CPUs: the 3,000 fill them
+CHURN = 25  # attempts that exit before each measured tick
 SPEC = "name: s\nentrypoint: sleep 3600\nresources: {workers: 1, cpus_per_worker: 1}\n"
 
 
@@ -52,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainhub.core.scheduling import create_policy
     from trainhub.core.states import TrialState
     from trainhub.service.control_loop import LoopConfig
+    from trainhub.service.ports import AttemptPhase
 
     with tempfile.TemporaryDirectory() as folder:
         h = LoopHarness(
@@ -69,7 +74,20 @@ def main(argv: list[str] | None = None) -> int:
                 h.clock.step(5)
                 h.tick()
             ticks = []
+            rng = random.Random(0)
             for _ in range(10):
+                # churn, as a busy cluster has it: 25 running attempts exit (their trials
+                # complete, 25 queued ones start) and the ones launched a tick ago run
+                launched = [
+                    k for k, a in h.executor.attempts.items() if a.phase is AttemptPhase.PLACING
+                ]
+                for key in launched:
+                    h.executor.run(key)
+                live = sorted(
+                    k for k, a in h.executor.attempts.items() if a.phase is AttemptPhase.RUNNING
+                )
+                for key in rng.sample(live, CHURN):
+                    h.executor.exit(key, [0])
                 h.clock.step(5)
                 t0 = time.perf_counter()
                 h.tick()
@@ -91,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "control_loop_tick",
         "running": len(ids),
         "queued": QUEUED,
+        "exits_per_tick": CHURN,
         "tick_ms": tick_ms,
         "open_attempts_ms": open_ms,
         "root": str(args.root),

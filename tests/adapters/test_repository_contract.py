@@ -262,6 +262,40 @@ def test_batch_reads_and_writes_of_the_control_loop(uow: SqlUnitOfWork) -> None:
         )
 
 
+def test_a_batch_of_updates_writes_each_row_its_own_columns(uow: SqlUnitOfWork) -> None:
+    """A tick's pending notes are one batch (one statement per set of columns): each row gets
+    its own values, a JSON column too, and a trial the same session read shows the write."""
+    experiment_id, first = seed(uow)
+    with uow() as repo:
+        others = [repo.add_trial(experiment_id, {}, "normal", 3.0).id for _ in range(3)]
+        held = repo.get_trial(first)  # read before the batch, in the same session
+        assert held is not None
+        assert held.queue_position is None
+        repo.update_trials(
+            [
+                (first, TrialUpdate(pending_reason="first", queue_position=1)),
+                *(
+                    (trial_id, TrialUpdate(pending_reason=f"#{n}", queue_position=n))
+                    for n, trial_id in enumerate(others, start=2)
+                ),
+                (others[0], TrialUpdate(latest_metrics={"loss": 0.25})),
+            ]
+        )
+        again = repo.get_trial(first)
+        assert again is not None
+        assert again.queue_position == 1
+    with uow() as repo:
+        trials = {t: repo.get_trial(t) for t in (first, *others)}
+    assert {t: (r.pending_reason, r.queue_position) for t, r in trials.items() if r} == {
+        first: ("first", 1),
+        others[0]: ("#2", 2),
+        others[1]: ("#3", 3),
+        others[2]: ("#4", 4),
+    }
+    assert trials[others[0]].latest_metrics == {"loss": 0.25}  # type: ignore[union-attr]
+    assert trials[others[1]].latest_metrics == {}  # type: ignore[union-attr]
+
+
 def test_trial_demand_lists_the_trials_that_waited_or_ran_after_a_time(
     uow: SqlUnitOfWork,
 ) -> None:
@@ -347,9 +381,9 @@ def test_scheduling_changes_are_what_the_scheduler_reads_numbered_at_commit(
         write_trial(repo, first, TrialUpdate(state=TrialState.SCHEDULED))
         attempt = repo.add_attempt(first, 1, "k1", ["n0"], None, None, 3.0, num_slots=1)
     assert changed() == [first]
-    with uow() as repo:  # when its processes began is not a fact either
+    with uow() as repo:  # when its processes began: what the loop judges the attempt by
         repo.update_attempt(attempt.id, AttemptUpdate(started_at=4.0))
-    assert changed() == []
+    assert changed() == [first]
     with uow() as repo:
         repo.add_checkpoint(first, "c1", 10, 1, {}, "ckpt/c1", 1, 5.0)
     assert changed() == [first]
@@ -469,3 +503,49 @@ def test_active_records_hold_what_an_attempt_is_judged_by(uow: SqlUnitOfWork) ->
         whole.started_at,
     )
     assert (records[0].state, records[0].cancel_requested) == (TrialState.RUNNING, True)
+
+
+def test_active_changes_number_what_an_attempt_is_judged_by(uow: SqlUnitOfWork) -> None:
+    """A cancel, a stop's reason and every write to an attempt are numbered (the loop judges
+    attempts from these changes, ADR 0025); a pending note is not; a trial that is no longer
+    active is read in its new state."""
+    experiment_id, first = seed(uow)
+    with uow() as repo:
+        second = repo.add_trial(experiment_id, {}, "normal", 3.0).id
+        write_trial(repo, first, TrialUpdate(state=TrialState.SCHEDULED))
+        attempt = repo.add_attempt(first, 1, "k1", ["n0"], None, None, 3.0, num_slots=1)
+    with uow() as repo:
+        whole = repo.active_changes(None)
+        assert whole.records == repo.active_records([TrialState.SCHEDULED])
+    assert whole.whole
+    assert [r.id for r in whole.records] == [first]  # trial `second` waits
+    mark = whole.mark
+
+    def changed() -> list[tuple[int, TrialState, bool]]:
+        nonlocal mark
+        with uow() as repo:
+            read = repo.active_changes(mark)
+        assert not read.whole
+        mark = read.mark
+        return [(r.id, r.state, r.cancel_requested) for r in read.records]
+
+    assert changed() == []
+    with uow() as repo:
+        repo.update_trial(first, TrialUpdate(pending_reason="waiting", queue_position=1))
+    assert changed() == []
+    with uow() as repo:  # a user's cancel, written by the API
+        repo.update_trial(first, TrialUpdate(cancel_requested=True, stop_reason="canceled"))
+    assert changed() == [(first, TrialState.SCHEDULED, True)]
+    for update in (
+        AttemptUpdate(started_at=4.0),
+        AttemptUpdate(stop_requested_at=5.0),  # a pause, written by the steering service
+        AttemptUpdate(terminate_sent_at=6.0),
+    ):
+        with uow() as repo:
+            repo.update_attempt(attempt.id, update)
+        assert changed() == [(first, TrialState.SCHEDULED, True)]
+    with uow() as repo:
+        repo.update_attempt(attempt.id, AttemptUpdate(outcome="CANCELED", ended_at=7.0))
+        write_trial(repo, first, TrialUpdate(state=TrialState.CANCELED))
+        repo.update_trial(second, TrialUpdate(priority="high"))
+    assert changed() == [(first, TrialState.CANCELED, True), (second, TrialState.QUEUED, False)]

@@ -408,6 +408,31 @@ def test_a_change_written_around_the_repository_shows_at_the_next_resync(
     assert h.trial(third).queue_position == 1
 
 
+def test_attempts_are_judged_from_the_changes_and_every_resync(h: LoopHarness) -> None:
+    """The loop keeps the active trials and their open attempts between ticks and reads the
+    ones whose changes were numbered (ADR 0025): a cancel through the service is judged at the
+    next tick; one written in SQL by hand, once the loop reads every active trial again."""
+    by_hand = h.submit(SPEC)
+    start_running(h, by_hand)
+    by_api = h.submit(SPEC)
+    start_running(h, by_api)
+    with h.uow() as repo:  # an admin's hand-written SQL: no change number
+        repo.s.execute(
+            text(
+                "UPDATE trials SET cancel_requested = TRUE, stop_reason = 'by hand' WHERE id = :i"
+            ),
+            {"i": by_hand},
+        )
+    h.experiments.cancel_trial(h.principal, by_api)
+    h.clock.step(1)
+    report = h.tick()
+    assert report.polled == 2
+    assert isinstance(report.verdicts[by_api], RequestStop)
+    assert isinstance(report.verdicts[by_hand], Wait)  # not seen yet
+    h.clock.step(h.loop.observed.resync_s)
+    assert h.tick().verdicts[by_hand] == RequestStop("by hand")
+
+
 def test_each_ranks_output_is_stored_once_in_order_across_ticks_and_a_restart(
     h: LoopHarness,
 ) -> None:

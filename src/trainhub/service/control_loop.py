@@ -46,6 +46,7 @@ from trainhub.service.clock import Clock
 from trainhub.service.experiments import refresh_experiment_state
 from trainhub.service.keys import attempt_key, log_key
 from trainhub.service.monitoring import MonitoringService
+from trainhub.service.observed_trials import ObservedTrials
 from trainhub.service.ports import ArtifactStore, AttemptLaunch, AttemptStatus, Executor
 from trainhub.service.records import (
     KEEP,
@@ -138,6 +139,8 @@ class ControlLoop:
             config.estimates_refresh_s,
             config.estimate_min_samples,
         )
+        # the active trials and their open attempts, kept from the numbered changes
+        self.observed = ObservedTrials(self.view.resync_s)
         self._last_orphan_check = float("-inf")
         # attempt key -> rank -> bytes of its log stored (see _poll_with_logs)
         self._log_sizes: dict[str, dict[int, int]] = {}
@@ -152,9 +155,9 @@ class ControlLoop:
         report = TickReport()
         self._release_orphans()
         with self.uow() as repo:
-            # the columns an attempt is judged by; the whole trial is read where one ends
-            active = repo.active_records(ACTIVE_STATES)
-            attempts = repo.open_attempts([t.id for t in active])
+            # the columns an attempt is judged by, read for the trials changed since the last
+            # tick (ADR 0025); the whole trial is read where an attempt ends
+            active, attempts = self.observed.read(repo, self.clock())
             self._load_specs(repo, active)
             self.view.advance_usage(repo, active, attempts, self.clock())
         for trial in active:

@@ -143,6 +143,21 @@ class SchedulingChanges(NamedTuple):
     whole: bool
 
 
+class ActiveChanges(NamedTuple):
+    """What changed for the observation of attempts since a change number
+    (``Repository.active_changes``).
+
+    ``records``: with ``whole``, every active trial (a first read, or a resync); else every
+    trial whose numbered columns, attempts or checkpoints changed since the number asked for,
+    in whatever state it is now (one that is no longer active says so). ``mark``: the number
+    to ask from at the next read.
+    """
+
+    records: list[ActiveRecord]
+    mark: int
+    whole: bool
+
+
 @dataclass(frozen=True)
 class Attempt:
     id: int

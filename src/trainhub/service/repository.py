@@ -23,6 +23,7 @@ from trainhub.core.entitlement import Interval
 from trainhub.core.layer_alerts import LayerAlert
 from trainhub.core.states import ExperimentState, TrialState
 from trainhub.service.records import (
+    ActiveChanges,
     ActiveRecord,
     Attempt,
     AttemptUpdate,
@@ -141,6 +142,11 @@ class TrialStore(Protocol):
     def active_records(self, states: Sequence[TrialState]) -> list[ActiveRecord]:
         """What the control loop judges the attempts of the trials in these states by, by id
         (a narrow read)."""
+        ...
+
+    def active_changes(self, since: int | None) -> ActiveChanges:
+        """What the attempts of the trials changed after change number ``since`` are judged by
+        (any state); with None, of every active trial. Numbered as ``scheduling_changes``."""
         ...
 
     def scheduling_changes(self, since: int | None) -> SchedulingChanges:

@@ -1,11 +1,13 @@
 """Numbered changes of what the scheduler reads of a trial, so a tick reads only what changed.
 
 A transaction that changes a trial's scheduling columns (state, priority, queue time, attained
-service, progress), adds or ends one of its attempts or registers one of its checkpoints marks
-the trial (:func:`touch`). At commit the marked trials get the next number of a counter row
+service, progress) or what its attempt is judged by (a cancel, a stop's reason, its start),
+adds or changes one of its attempts or registers one of its checkpoints marks the trial
+(:func:`touch`). At commit the marked trials get the next number of a counter row
 (``change_counters``, name "trials") in their ``change_seq`` (:func:`stamp`, installed on a
 session factory by :func:`track`). A reader asks for the trials whose number is above the
-highest it has seen (``SqlRepository.scheduling_changes``).
+highest it has seen (``SqlRepository.scheduling_changes`` for the scheduler,
+``SqlRepository.active_changes`` for the observation of attempts).
 
 Why a counter row and not a sequence (ADR 0024): numbers must become visible in the order
 they are given, or a reader that saw number 11 could skip a number 10 committed after it. The
@@ -23,21 +25,35 @@ counter's lock is taken at the commit, so it is held for two statements.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import event, select
+from sqlalchemy import Table, event, select
 from sqlalchemy import update as sa_update
 from sqlalchemy.orm import Session, sessionmaker
 
 from trainhub.adapters.db.models import ChangeCounterRow, TrialRow
 
 COUNTER = "trials"
+_TRIALS = cast("Table", TrialRow.__table__)
+_COUNTER = cast("Table", ChangeCounterRow.__table__)
 _TOUCHED = "trainhub_touched_trials"
 _CHUNK = 500
 
-# the trial columns whose change the scheduler must see (a pending note is not one of them:
-# the control loop writes those itself, every tick)
-SCHEDULING_COLUMNS = frozenset({"state", "priority", "queued_at", "attained_service", "progress_s"})
+# the trial columns whose change the control loop must see: what the scheduler reads, and
+# what an attempt is judged by (a cancel, a stop's reason); a pending note is not one of them
+# (the control loop writes those itself, every tick)
+NUMBERED_COLUMNS = frozenset(
+    {
+        "state",
+        "priority",
+        "queued_at",
+        "attained_service",
+        "progress_s",
+        "cancel_requested",
+        "stop_reason",
+        "started_at",
+    }
+)
 
 
 def touch(session: Session, trial_ids: Iterable[int]) -> None:
@@ -52,18 +68,24 @@ def stamp(session: Session) -> None:
         return
     ids = sorted(touched)
     chunks = [ids[at : at + _CHUNK] for at in range(0, len(ids), _CHUNK)]
-    for chunk in chunks:  # rows first, in id order, then the counter (see the module's note)
-        session.execute(
-            select(TrialRow.id).where(TrialRow.id.in_(chunk)).with_for_update(key_share=True)
-        )
-    number = session.execute(
-        sa_update(ChangeCounterRow)
-        .where(ChangeCounterRow.name == COUNTER)
-        .values(value=ChangeCounterRow.value + 1)
-        .returning(ChangeCounterRow.value)
+    # plain statements on the connection: an ORM statement would look for the rows among the
+    # session's objects to keep them in step (most of a small commit's time, and nothing here
+    # reads change_seq from an object)
+    connection = session.connection()
+    trials, counter = _TRIALS.c, _COUNTER.c
+    if connection.dialect.name != "sqlite":  # SQLite has one writer: there is nothing to lock
+        for chunk in chunks:  # rows first, in id order, then the counter (the module's note)
+            connection.execute(
+                select(trials.id).where(trials.id.in_(chunk)).with_for_update(key_share=True)
+            )
+    number = connection.execute(
+        sa_update(_COUNTER)
+        .where(counter.name == COUNTER)
+        .values(value=counter.value + 1)
+        .returning(counter.value)
     ).scalar_one()
     for chunk in chunks:
-        session.execute(sa_update(TrialRow).where(TrialRow.id.in_(chunk)).values(change_seq=number))
+        connection.execute(sa_update(_TRIALS).where(trials.id.in_(chunk)).values(change_seq=number))
 
 
 def _forget(session: Session, *_: Any) -> None:

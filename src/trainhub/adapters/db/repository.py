@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
-from sqlalchemy import Engine, func, insert, or_, select
+from sqlalchemy import Engine, Table, bindparam, func, insert, or_, select
 from sqlalchemy import update as sa_update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -35,6 +35,7 @@ from trainhub.core.resources import ResourceRequest
 from trainhub.core.spec import Resources
 from trainhub.core.states import AttemptOutcome, ExperimentState, TrialState
 from trainhub.service.records import (
+    ActiveChanges,
     ActiveRecord,
     Attempt,
     AttemptUpdate,
@@ -98,6 +99,7 @@ _CHUNK = 900
 _STATES = {state.value: state for state in TrialState}
 # the states the scheduler reads: waiting, or holding resources
 _SCHEDULED_STATES = [s for s in TrialState if s == TrialState.QUEUED or s.is_active]
+_ACTIVE_STATES = [s for s in TrialState if s.is_active]
 
 
 def _chunks(ids: Sequence[int]) -> Iterator[list[int]]:
@@ -568,6 +570,21 @@ class SqlRepository(SqlLayerAlertStore):
         return [record for record, _ in self._scheduling_rows(where)]
 
     def active_records(self, states: Sequence[TrialState]) -> list[ActiveRecord]:
+        where = TrialRow.state.in_([s.value for s in states])
+        return [record for record, _ in self._active_rows(where)]
+
+    def active_changes(self, since: int | None) -> ActiveChanges:
+        if since is None:
+            # the number first: a change committed between the two reads is read again next
+            mark = self.s.scalar(
+                select(ChangeCounterRow.value).where(ChangeCounterRow.name == changes.COUNTER)
+            )
+            return ActiveChanges(self.active_records(_ACTIVE_STATES), int(mark or 0), whole=True)
+        rows = self._active_rows(TrialRow.change_seq > since)
+        mark = max((seq for _, seq in rows), default=since)
+        return ActiveChanges([record for record, _ in rows], mark, whole=False)
+
+    def _active_rows(self, where: Any) -> list[tuple[ActiveRecord, int]]:
         rows = self.s.execute(
             select(
                 TrialRow.id,
@@ -577,14 +594,15 @@ class SqlRepository(SqlLayerAlertStore):
                 TrialRow.cancel_requested,
                 TrialRow.stop_reason,
                 TrialRow.started_at,
+                TrialRow.change_seq,
             )
-            .where(TrialRow.state.in_([s.value for s in states]))
+            .where(where)
             .order_by(TrialRow.id)
         )
         tenants = self._tenant_names()
         return [
-            ActiveRecord(i, e, tenants[t], _STATES[s], bool(cancel), why, at)
-            for i, e, t, s, cancel, why, at in rows
+            (ActiveRecord(i, e, tenants[t], _STATES[s], bool(cancel), why, at), seq)
+            for i, e, t, s, cancel, why, at, seq in rows
         ]
 
     def scheduling_changes(self, since: int | None) -> SchedulingChanges:
@@ -652,7 +670,7 @@ class SqlRepository(SqlLayerAlertStore):
         for key, value in written.items():
             setattr(row, key, value.value if isinstance(value, TrialState) else value)
         self.s.flush()
-        if not changes.SCHEDULING_COLUMNS.isdisjoint(written):
+        if not changes.NUMBERED_COLUMNS.isdisjoint(written):
             changes.touch(self.s, (trial_id,))
         return self._trial(row)
 
@@ -664,14 +682,34 @@ class SqlRepository(SqlLayerAlertStore):
         return specs
 
     def update_trials(self, updates: Sequence[tuple[int, TrialUpdate]]) -> None:
+        # one executemany per set of columns written (a tick's pending notes: thousands of
+        # rows, one statement), not one statement per row
+        by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for trial_id, update in updates:
             written = update.changes()
             if "state" in written:
                 raise ValueError("update_trials changes no state: use update_trial")
             if written:
-                self.s.execute(sa_update(TrialRow).where(TrialRow.id == trial_id).values(**written))
-                if not changes.SCHEDULING_COLUMNS.isdisjoint(written):
+                columns = tuple(sorted(written))
+                by_columns.setdefault(columns, []).append({"_id": trial_id, **written})
+                if not changes.NUMBERED_COLUMNS.isdisjoint(written):
                     changes.touch(self.s, (trial_id,))
+        if not by_columns:
+            return
+        self.s.flush()  # the session's own pending writes first, as an ORM statement would
+        table = cast("Table", TrialRow.__table__)
+        for columns, rows in by_columns.items():
+            statement = (
+                sa_update(table)
+                .where(table.c.id == bindparam("_id"))
+                .values({c: bindparam(c) for c in columns})
+            )
+            self.s.connection().execute(statement, rows)
+        # and trials this session holds read again when next used
+        ids = {trial_id for trial_id, _ in updates}
+        for held in list(self.s.identity_map.values()):
+            if isinstance(held, TrialRow) and held.id in ids:
+                self.s.expire(held)
 
     def experiment_of(self, trial_id: int) -> Experiment:
         row = self._trial_row(trial_id)
@@ -757,7 +795,7 @@ class SqlRepository(SqlLayerAlertStore):
         for key, value in written.items():
             setattr(row, key, list(value) if isinstance(value, tuple) else value)
         self.s.flush()
-        if "outcome" in written:  # an ended attempt: no longer open, maybe a preemption
+        if written:  # what the loop judges the attempt by, or its end (maybe a preemption)
             changes.touch(self.s, (row.trial_id,))
         return _attempt(row)
 
