@@ -549,3 +549,9 @@ def test_active_changes_number_what_an_attempt_is_judged_by(uow: SqlUnitOfWork) 
         write_trial(repo, first, TrialUpdate(state=TrialState.CANCELED))
         repo.update_trial(second, TrialUpdate(priority="high"))
     assert changed() == [(first, TrialState.CANCELED, True), (second, TrialState.QUEUED, False)]
+    with uow() as repo:  # what an experiment's state is derived from
+        assert sorted(repo.trial_states(experiment_id)) == [
+            TrialState.CANCELED,
+            TrialState.QUEUED,
+        ]
+        assert repo.trial_states(10_000) == []

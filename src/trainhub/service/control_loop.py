@@ -160,12 +160,18 @@ class ControlLoop:
             active, attempts = self.observed.read(repo, self.clock())
             self._load_specs(repo, active)
             self.view.advance_usage(repo, active, attempts, self.clock())
+        running: list[tuple[ActiveRecord, Attempt]] = []  # attempts whose ranks all run now
         for trial in active:
             report.polled += 1
-            verdict = self._observe(trial, attempts.get(trial.id))
+            attempt = attempts.get(trial.id)
+            verdict = self._observe(trial, attempt)
             report.verdicts[trial.id] = verdict
             if isinstance(verdict, EndAttempt):
                 report.ended.append(trial.id)
+            elif isinstance(verdict, MarkRunning) and attempt is not None:
+                running.append((trial, attempt))
+        if running:
+            self._mark_running(running)
         if len(self._log_sizes) > len(attempts):  # ended attempts' counts
             polled = {a.key for a in attempts.values()}
             self._log_sizes = {k: v for k, v in self._log_sizes.items() if k in polled}
@@ -216,20 +222,6 @@ class ControlLoop:
         verdict = judge(facts, status, now, self.limits)
         if isinstance(verdict, EndAttempt):
             self._end(trial, attempt, verdict, status)
-        elif isinstance(verdict, MarkRunning):
-            with self.uow() as repo:
-                write_trial(
-                    repo,
-                    trial.id,
-                    TrialUpdate(
-                        state=TrialState.RUNNING,
-                        started_at=trial.started_at or now,
-                        pending_reason=None,
-                    ),
-                    current=trial.state,
-                )
-                repo.update_attempt(attempt.id, AttemptUpdate(started_at=now))
-                repo.add_event(trial.id, "running", f"attempt {attempt.number} running", now)
         elif isinstance(verdict, RequestStop):
             with self.uow() as repo:
                 repo.update_attempt(attempt.id, AttemptUpdate(stop_requested_at=now))
@@ -246,6 +238,25 @@ class ControlLoop:
                     now,
                 )
         return verdict
+
+    def _mark_running(self, running: Sequence[tuple[ActiveRecord, Attempt]]) -> None:
+        """The trials whose attempts run now (MarkRunning verdicts), written in one
+        transaction: the busiest tick starts many."""
+        now = self.clock()
+        with self.uow() as repo:
+            for trial, attempt in running:
+                write_trial(
+                    repo,
+                    trial.id,
+                    TrialUpdate(
+                        state=TrialState.RUNNING,
+                        started_at=trial.started_at or now,
+                        pending_reason=None,
+                    ),
+                    current=trial.state,
+                )
+                repo.update_attempt(attempt.id, AttemptUpdate(started_at=now))
+                repo.add_event(trial.id, "running", f"attempt {attempt.number} running", now)
 
     def _poll_with_logs(self, trial: Trial | ActiveRecord, attempt: Attempt) -> AttemptStatus:
         # how much of each rank's log is stored: the loop is its only writer, so it counts

@@ -115,7 +115,7 @@ def refresh_experiment_state(
     A search ends when its searcher has no more trials to make (``service/search.py`` passes
     ``search_done``), not when its running trials happen to have ended; a cancel ends it.
     """
-    states = [t.state for t in repo.list_trials(experiment_id)]
+    states = repo.trial_states(experiment_id)
     state = experiment_state(states)
     if state in (ExperimentState.COMPLETED, ExperimentState.FAILED) and not search_done:
         experiment = repo.get_experiment(experiment_id)

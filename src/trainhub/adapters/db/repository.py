@@ -555,6 +555,10 @@ class SqlRepository(SqlLayerAlertStore):
         )
         return [self._trial(r) for r in rows]
 
+    def trial_states(self, experiment_id: int) -> list[TrialState]:
+        rows = self.s.scalars(select(TrialRow.state).where(TrialRow.experiment_id == experiment_id))
+        return [_STATES[state] for state in rows]
+
     def trials_in_states(self, states: Sequence[TrialState]) -> list[Trial]:
         # plain rows, not ORM objects: the control loop reads every queued trial each tick
         rows = self.s.execute(
