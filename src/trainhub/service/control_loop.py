@@ -53,6 +53,7 @@ from trainhub.service.records import (
     ActiveRecord,
     Attempt,
     AttemptUpdate,
+    Experiment,
     SchedulingRecord,
     Trial,
     TrialUpdate,
@@ -63,6 +64,19 @@ from trainhub.service.search_ports import TrialHooks
 from trainhub.service.trial_writes import write_trial
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Started:
+    """An attempt recorded for a trial started, to launch once its transaction committed
+    (``secret``: its runtime token, known only here)."""
+
+    trial: Trial
+    attempt: Attempt
+    spec: ExperimentSpec
+    experiment: Experiment
+    secret: str
+
 
 ACTIVE_STATES = (TrialState.SCHEDULED, TrialState.RUNNING, TrialState.PREEMPTING)
 
@@ -466,12 +480,11 @@ class ControlLoop:
         position = 0
         notes: list[tuple[int, str, int]] = []  # trial, pending reason, queue position
         started: list[SchedulingRecord] = []
+        for trial_id in self._start([d for d in decisions if isinstance(d, Start)]):
+            report.started.append(trial_id)
+            started.append(by_id[trial_id])
         for decision in decisions:
-            if isinstance(decision, Start):
-                if self._start(decision.trial_id, decision.placement):
-                    report.started.append(decision.trial_id)
-                    started.append(by_id[decision.trial_id])
-            elif isinstance(decision, Pending):
+            if isinstance(decision, Pending):
                 report.pending += 1
                 position += 1
                 trial = by_id[decision.trial_id]
@@ -480,77 +493,97 @@ class ControlLoop:
         # the trials started hold their slots from now on, not from the next tick
         self.view.started(started, self._specs, now)
         if notes:
-            # one statement each and one commit: a long queue's reasons are cheap to keep
+            # one statement per set of columns, one commit: a long queue's reasons are cheap
             with self.uow() as repo:
                 repo.update_trials(
                     [(i, TrialUpdate(pending_reason=r, queue_position=p)) for i, r, p in notes]
                 )
             self.view.noted(notes)
 
-    def _start(self, trial_id: int, placement: tuple[str, ...]) -> bool:
-        """Launch the trial's next attempt on ``placement``; False if it is no longer queued
-        (cancelled or paused since this tick read it): it is left as it is."""
+    def _start(self, starts: Sequence[Start]) -> list[int]:
+        """Record the next attempt of each trial started, in one transaction (a busy tick
+        starts many), then launch each; the ids of the trials started. A trial no longer
+        queued (cancelled or paused since this tick read it) is left as it is."""
         now = self.clock()
         with self.uow() as repo:
-            trial = repo.get_trial(trial_id)
-            if trial is None or trial.state != TrialState.QUEUED:
-                return False
-            spec = self._spec(repo, trial)
-            experiment = repo.experiment_of(trial.id)
-            number = trial.num_attempts + 1
-            key = attempt_key(trial.id, number)
-            secret, token_hash, prefix = new_token()
-            token = repo.add_token(
-                token_hash,
-                prefix,
-                f"trial {trial.id} attempt {number}",
-                now,
-                trial_id=trial.id,
-                expires_at=now + self.config.trial_token_ttl_s,
-            )
-            checkpoints = repo.list_checkpoints(trial.id)
-            restore = max(checkpoints, key=lambda c: (c.step, c.id)) if checkpoints else None
-            restore_id = restore.id if restore else None
-            if restore_id is None and self.hooks is not None:
-                restore_id = self.hooks.warm_start(trial)  # a PBT donor's or a clone's source
-            attempt = repo.add_attempt(
-                trial.id,
-                number,
-                key,
-                placement,
-                restore_id,
-                token.id,
-                now,
-                num_slots=ResourceRequest.from_spec(spec.resources).num_slots,
-            )
-            started = write_trial(
-                repo,
-                trial.id,
-                TrialUpdate(
-                    state=TrialState.SCHEDULED,
-                    num_attempts=number,
-                    pending_reason=None,
-                    queue_position=None,
-                    cancel_requested=False,
-                    stop_reason=None,
-                ),
-                current=trial.state,
-            )
-            where = ", ".join(sorted(set(placement)))
-            repo.add_event(trial.id, "scheduled", f"attempt {number} placed on {where}", now)
+            made = [self._record_start(repo, s.trial_id, s.placement, now) for s in starts]
+        launches = [m for m in made if m is not None]
+        for launch in launches:
+            self._launch(launch)
+        return [launch.trial.id for launch in launches]
+
+    def _record_start(
+        self, repo: Repository, trial_id: int, placement: tuple[str, ...], now: float
+    ) -> _Started | None:
+        trial = repo.get_trial(trial_id)
+        if trial is None or trial.state != TrialState.QUEUED:
+            return None
+        spec = self._spec(repo, trial)
+        experiment = repo.experiment_of(trial.id)
+        number = trial.num_attempts + 1
+        key = attempt_key(trial.id, number)
+        secret, token_hash, prefix = new_token()
+        token = repo.add_token(
+            token_hash,
+            prefix,
+            f"trial {trial.id} attempt {number}",
+            now,
+            trial_id=trial.id,
+            expires_at=now + self.config.trial_token_ttl_s,
+        )
+        checkpoints = repo.list_checkpoints(trial.id)
+        restore = max(checkpoints, key=lambda c: (c.step, c.id)) if checkpoints else None
+        restore_id = restore.id if restore else None
+        if restore_id is None and self.hooks is not None:
+            restore_id = self.hooks.warm_start(trial)  # a PBT donor's or a clone's source
+        attempt = repo.add_attempt(
+            trial.id,
+            number,
+            key,
+            placement,
+            restore_id,
+            token.id,
+            now,
+            num_slots=ResourceRequest.from_spec(spec.resources).num_slots,
+        )
+        started = write_trial(
+            repo,
+            trial.id,
+            TrialUpdate(
+                state=TrialState.SCHEDULED,
+                num_attempts=number,
+                pending_reason=None,
+                queue_position=None,
+                cancel_requested=False,
+                stop_reason=None,
+            ),
+            current=trial.state,
+        )
+        where = ", ".join(sorted(set(placement)))
+        repo.add_event(trial.id, "scheduled", f"attempt {number} placed on {where}", now)
+        return _Started(started, attempt, spec, experiment, secret)
+
+    def _launch(self, started: _Started) -> None:
+        """Hand the attempt to the executor; one it cannot even begin ends now, saying why."""
+        trial, attempt, spec, experiment = (
+            started.trial,
+            started.attempt,
+            started.spec,
+            started.experiment,
+        )
         env: dict[str, Any] = dict(spec.environment.variables)
         env.update(
             {
                 protocol.ENV_API_URL: self.config.api_url,
-                protocol.ENV_TOKEN: secret,
+                protocol.ENV_TOKEN: started.secret,
                 protocol.ENV_TRIAL_ID: str(trial.id),
                 protocol.ENV_EXPERIMENT_ID: str(trial.experiment_id),
-                protocol.ENV_ATTEMPT: str(number),
+                protocol.ENV_ATTEMPT: str(attempt.number),
                 protocol.ENV_HPARAMS: json.dumps(trial.hparams),
             }
         )
-        if restore_id is not None:
-            env[protocol.ENV_RESTORE_CHECKPOINT] = str(restore_id)
+        if attempt.restored_checkpoint_id is not None:
+            env[protocol.ENV_RESTORE_CHECKPOINT] = str(attempt.restored_checkpoint_id)
         distributed = experiment.spec.get("distributed")
         if distributed:
             env[protocol.ENV_DISTRIBUTED] = json.dumps(distributed)
@@ -562,13 +595,13 @@ class ControlLoop:
             env[protocol.ENV_DISTILL] = json.dumps(distill)
         context = self.store.get(experiment.context_key) if experiment.context_key else b""
         launch = AttemptLaunch(
-            attempt_key=key,
+            attempt_key=attempt.key,
             trial_id=trial.id,
-            attempt=number,
+            attempt=attempt.number,
             argv=tuple(spec.entrypoint_argv),
             context_archive=context,
             env={k: str(v) for k, v in env.items()},
-            placement=placement,
+            placement=attempt.placement,
             gpus_per_worker=spec.resources.gpus_per_worker,
             cpus_per_worker=spec.resources.cpus_per_worker,
             memory_gb_per_worker=spec.resources.memory_gb_per_worker,
@@ -577,10 +610,9 @@ class ControlLoop:
         try:
             self.executor.launch(launch)
         except Exception as exc:  # the executor failed to even begin: end it now, say why
-            log.exception("launching %s failed", key)
+            log.exception("launching %s failed", attempt.key)
             cause = " ".join(str(exc).split()) or type(exc).__name__
-            self._end(started, attempt, EndAttempt(AttemptOutcome.LOST, launch_failed(cause)))
-        return True
+            self._end(trial, attempt, EndAttempt(AttemptOutcome.LOST, launch_failed(cause)))
 
     def _preempt(self, decision: Preempt) -> None:
         now = self.clock()
