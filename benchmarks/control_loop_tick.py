@@ -1,6 +1,7 @@
 """One control-loop tick at scale: 3,000 running trials and 2,000 queued, fair policy.
 
-The loop runs on a real SQLite database and artifact store with the test harness's fake
+The loop runs on a real SQLite database (or, with ``--db postgresql``, a new database on the
+server on 127.0.0.1:5432) and artifact store with the test harness's fake
 executor (tests/service/loop_harness.py: no Ray, polls answered from memory), so the tick's
 time is the control plane's own: reading the active trials and their open attempts, judging
 each attempt, storing log output, and the scheduling decision. Prints one JSON line: the
@@ -27,6 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 RUNNING, QUEUED, NODES = 3000, 2000, 375  # 375 nodes x 8 CPUs: the 3,000 fill them
@@ -38,11 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--baseline", type=Path, help="another checkout, measured first")
+    parser.add_argument(
+        "--db",
+        choices=["sqlite", "postgresql"],
+        default="sqlite",
+        help="a new SQLite file, or a new database on the PostgreSQL server on 127.0.0.1:5432",
+    )
     args = parser.parse_args(argv)
     baseline = None
     if args.baseline is not None:  # its own process: a process imports one trainhub
         ran = subprocess.run(
-            [sys.executable, __file__, "--root", str(args.baseline)],
+            [sys.executable, __file__, "--root", str(args.baseline), "--db", args.db],
             capture_output=True,
             text=True,
             check=True,
@@ -58,9 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     from trainhub.service.control_loop import LoopConfig
     from trainhub.service.ports import AttemptPhase
 
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, _database(args.db) as url:
         h = LoopHarness(
-            Path(folder), create_policy("fair"), cpu_nodes(NODES), LoopConfig("http://127.0.0.1:1")
+            Path(folder),
+            create_policy("fair"),
+            cpu_nodes(NODES),
+            LoopConfig("http://127.0.0.1:1"),
+            db_url=url,
         )
         try:
             for _ in range(RUNNING):
@@ -113,12 +127,35 @@ def main(argv: list[str] | None = None) -> int:
         "tick_ms": tick_ms,
         "open_attempts_ms": open_ms,
         "root": str(args.root),
+        "db": args.db,
     }
     if baseline is not None:
         line["tick_vs_baseline"] = round(tick_ms / float(baseline["tick_ms"]), 3)
         line["open_attempts_vs_baseline"] = round(open_ms / float(baseline["open_attempts_ms"]), 3)
     print(json.dumps(line), flush=True)
     return 0
+
+
+@contextmanager
+def _database(kind: str) -> Iterator[str | None]:
+    """None (the harness's own SQLite file), or a new PostgreSQL database, dropped after."""
+    if kind == "sqlite":
+        yield None
+        return
+    from sqlalchemy import create_engine, text
+
+    name = f"trainhub_tick_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(
+        "postgresql+psycopg://127.0.0.1:5432/postgres", isolation_level="AUTOCOMMIT"
+    )
+    with admin.connect() as c:
+        c.execute(text(f"CREATE DATABASE {name}"))
+    try:
+        yield f"postgresql+psycopg://127.0.0.1:5432/{name}"
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+        admin.dispose()
 
 
 if __name__ == "__main__":

@@ -249,6 +249,10 @@ def test_batch_reads_and_writes_of_the_control_loop(uow: SqlUnitOfWork) -> None:
     experiment_id, trial_id = seed(uow)
     with uow() as repo:
         assert repo.experiment_specs([experiment_id, 10_000]) == {experiment_id: {"a": 1}}
+        assert repo.context_key(experiment_id) is None  # no code stored yet
+        repo.set_experiment_context(experiment_id, "tenants/vision/contexts/1.tar.gz")
+        assert repo.context_key(experiment_id) == "tenants/vision/contexts/1.tar.gz"
+        assert repo.context_key(10_000) is None
         repo.update_trials([(trial_id, TrialUpdate(pending_reason="r", queue_position=3))])
         with pytest.raises(ValueError, match="no state"):
             repo.update_trials([(trial_id, TrialUpdate(state=TrialState.SCHEDULED))])

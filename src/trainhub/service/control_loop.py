@@ -53,7 +53,6 @@ from trainhub.service.records import (
     ActiveRecord,
     Attempt,
     AttemptUpdate,
-    Experiment,
     SchedulingRecord,
     Trial,
     TrialUpdate,
@@ -74,7 +73,8 @@ class _Started:
     trial: Trial
     attempt: Attempt
     spec: ExperimentSpec
-    experiment: Experiment
+    raw_spec: dict[str, Any]  # as submitted: the sections passed on to the runtime as they are
+    context_key: str | None
     secret: str
 
 
@@ -147,6 +147,8 @@ class ControlLoop:
         self.clock = clock
         self.limits = config.limits
         self._specs: dict[int, ExperimentSpec] = {}
+        self._raw_specs: dict[int, dict[str, Any]] = {}
+        self._context_keys: dict[int, str] = {}
         self.view = SchedulingView(
             policy,
             config.usage_half_life_s,
@@ -439,12 +441,15 @@ class ControlLoop:
         missing = {t.experiment_id for t in trials if t.experiment_id not in self._specs}
         for experiment_id, spec in repo.experiment_specs(sorted(missing)).items():
             self._specs[experiment_id] = ExperimentSpec.model_validate(spec)
+            self._raw_specs[experiment_id] = spec
 
     def _spec(self, repo: Repository, trial: Trial | ActiveRecord) -> ExperimentSpec:
         spec = self._specs.get(trial.experiment_id)
         if spec is None:
-            spec = ExperimentSpec.model_validate(repo.experiment_of(trial.id).spec)
+            raw = repo.experiment_of(trial.id).spec
+            spec = ExperimentSpec.model_validate(raw)
             self._specs[trial.experiment_id] = spec
+            self._raw_specs[trial.experiment_id] = raw
         return spec
 
     def _schedule(self, report: TickReport) -> None:
@@ -519,7 +524,12 @@ class ControlLoop:
         if trial is None or trial.state != TrialState.QUEUED:
             return None
         spec = self._spec(repo, trial)
-        experiment = repo.experiment_of(trial.id)
+        # an experiment's code does not change once stored: its key is read once
+        context_key = self._context_keys.get(trial.experiment_id)
+        if context_key is None:
+            context_key = repo.context_key(trial.experiment_id)
+            if context_key is not None:
+                self._context_keys[trial.experiment_id] = context_key
         number = trial.num_attempts + 1
         key = attempt_key(trial.id, number)
         secret, token_hash, prefix = new_token()
@@ -561,16 +571,12 @@ class ControlLoop:
         )
         where = ", ".join(sorted(set(placement)))
         repo.add_event(trial.id, "scheduled", f"attempt {number} placed on {where}", now)
-        return _Started(started, attempt, spec, experiment, secret)
+        raw = self._raw_specs[trial.experiment_id]
+        return _Started(started, attempt, spec, raw, context_key, secret)
 
     def _launch(self, started: _Started) -> None:
         """Hand the attempt to the executor; one it cannot even begin ends now, saying why."""
-        trial, attempt, spec, experiment = (
-            started.trial,
-            started.attempt,
-            started.spec,
-            started.experiment,
-        )
+        trial, attempt, spec, raw = started.trial, started.attempt, started.spec, started.raw_spec
         env: dict[str, Any] = dict(spec.environment.variables)
         env.update(
             {
@@ -584,16 +590,16 @@ class ControlLoop:
         )
         if attempt.restored_checkpoint_id is not None:
             env[protocol.ENV_RESTORE_CHECKPOINT] = str(attempt.restored_checkpoint_id)
-        distributed = experiment.spec.get("distributed")
+        distributed = raw.get("distributed")
         if distributed:
             env[protocol.ENV_DISTRIBUTED] = json.dumps(distributed)
-        model = experiment.spec.get("model") or {}
+        model = raw.get("model") or {}
         if any(model.get(k) for k in ("init_from", "freeze", "reset", "grow")):
             env[protocol.ENV_MODEL] = json.dumps(model)
-        distill = experiment.spec.get("distill")
+        distill = raw.get("distill")
         if distill:
             env[protocol.ENV_DISTILL] = json.dumps(distill)
-        context = self.store.get(experiment.context_key) if experiment.context_key else b""
+        context = self.store.get(started.context_key) if started.context_key else b""
         launch = AttemptLaunch(
             attempt_key=attempt.key,
             trial_id=trial.id,

@@ -118,8 +118,8 @@ def refresh_experiment_state(
     states = repo.trial_states(experiment_id)
     state = experiment_state(states)
     if state in (ExperimentState.COMPLETED, ExperimentState.FAILED) and not search_done:
-        experiment = repo.get_experiment(experiment_id)
-        searcher = (experiment.spec.get("searcher") or {}) if experiment else {}
+        spec = repo.experiment_specs([experiment_id]).get(experiment_id) or {}
+        searcher = spec.get("searcher") or {}
         if SearcherSpec.model_validate(searcher).kind != "single":
             state = ExperimentState.ACTIVE
     repo.set_experiment_state(

@@ -678,6 +678,11 @@ class SqlRepository(SqlLayerAlertStore):
             changes.touch(self.s, (trial_id,))
         return self._trial(row)
 
+    def context_key(self, experiment_id: int) -> str | None:
+        return self.s.scalar(
+            select(ExperimentRow.context_key).where(ExperimentRow.id == experiment_id)
+        )
+
     def experiment_specs(self, experiment_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
         specs: dict[int, dict[str, Any]] = {}
         for chunk in _chunks(experiment_ids):
