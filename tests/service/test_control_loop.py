@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from tests.service.loop_harness import SIGTERM_EXIT, LoopHarness, cpu_nodes
 from trainhub.core.scheduling import BasePolicy, Decision, FifoPolicy, Preempt, Snapshot
@@ -406,6 +408,43 @@ def test_a_change_written_around_the_repository_shows_at_the_next_resync(
     h.clock.step(1)
     h.tick()
     assert h.trial(third).queue_position == 1
+
+
+def test_ends_are_written_together_and_released_only_once_written(
+    h: LoopHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick's ends are one transaction; the actors are released after it commits. If it
+    fails (here: the database refuses the second end), no attempt is released and nothing of
+    the first end is kept: the next tick finds both as they were and ends them."""
+    first = h.submit(SPEC)
+    first_key = start_running(h, first)
+    second = h.submit(SPEC)
+    second_key = start_running(h, second)
+    h.executor.exit(first_key, [0, 0], {0: b"first done\n"})
+    h.executor.exit(second_key, [0, 0])
+    write_end = ControlLoop._write_end
+    calls: list[int] = []
+
+    def refuse_the_second(self: ControlLoop, repo: Any, ending: Any, now: float) -> None:
+        calls.append(ending.trial_id)
+        if len(calls) == 2:
+            raise OperationalError("UPDATE trials", {}, Exception("disk I/O error"))
+        write_end(self, repo, ending, now)
+
+    monkeypatch.setattr(ControlLoop, "_write_end", refuse_the_second)
+    with pytest.raises(OperationalError):
+        h.tick()
+    assert h.executor.released == []
+    assert [a.outcome for a in h.attempts(first)] == [None]  # rolled back with the second
+    monkeypatch.setattr(ControlLoop, "_write_end", write_end)
+    h.clock.step(1)
+    report = h.tick()
+    assert sorted(report.ended) == [first, second]
+    assert (h.trial(first).state, h.trial(second).state) == (TrialState.COMPLETED,) * 2
+    assert sorted(h.executor.released) == sorted([first_key, second_key])
+    # the output was stored once, before the failed write
+    log = h.store.get(log_key(h.trial(first).tenant, first, 1, 0))
+    assert log.count(b"first done") == 1
 
 
 def test_attempts_are_judged_from_the_changes_and_every_resync(h: LoopHarness) -> None:

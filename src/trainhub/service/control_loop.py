@@ -66,6 +66,17 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class _Ending:
+    """An attempt to end, its output drained, its actors not released yet."""
+
+    trial_id: int
+    attempt: Attempt | None
+    verdict: EndAttempt
+    detail: str
+    exit_codes: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
 class _Started:
     """An attempt recorded for a trial started, to launch once its transaction committed
     (``secret``: its runtime token, known only here)."""
@@ -177,15 +188,18 @@ class ControlLoop:
             self._load_specs(repo, active)
             self.view.advance_usage(repo, active, attempts, self.clock())
         running: list[tuple[ActiveRecord, Attempt]] = []  # attempts whose ranks all run now
+        ends: list[_Ending] = []  # attempts that end, their output drained
         for trial in active:
             report.polled += 1
             attempt = attempts.get(trial.id)
-            verdict = self._observe(trial, attempt)
+            verdict = self._observe(trial, attempt, ends)
             report.verdicts[trial.id] = verdict
             if isinstance(verdict, EndAttempt):
                 report.ended.append(trial.id)
             elif isinstance(verdict, MarkRunning) and attempt is not None:
                 running.append((trial, attempt))
+        if ends:
+            self._end_all(ends)
         if running:
             self._mark_running(running)
         if len(self._log_sizes) > len(attempts):  # ended attempts' counts
@@ -217,11 +231,14 @@ class ControlLoop:
                 self._preempt(Preempt(trial.id, f"node {min(nodes)[:12]} is draining"))
 
     # ---------------------------------------------------------------- observing
-    def _observe(self, trial: ActiveRecord, attempt: Attempt | None) -> Verdict:
-        """Judge one active trial's attempt and carry the verdict out."""
+    def _observe(
+        self, trial: ActiveRecord, attempt: Attempt | None, ends: list[_Ending]
+    ) -> Verdict:
+        """Judge one active trial's attempt and carry the verdict out (an end: its output
+        drained and added to ``ends``, written with the tick's other ends)."""
         if attempt is None:
             lost = EndAttempt(AttemptOutcome.LOST, "no attempt record")
-            self._end(trial, None, lost)
+            ends.append(self._ending(trial, None, lost))
             return lost
         status = self._poll_with_logs(trial, attempt)
         now = self.clock()
@@ -237,7 +254,7 @@ class ControlLoop:
         )
         verdict = judge(facts, status, now, self.limits)
         if isinstance(verdict, EndAttempt):
-            self._end(trial, attempt, verdict, status)
+            ends.append(self._ending(trial, attempt, verdict, status))
         elif isinstance(verdict, RequestStop):
             with self.uow() as repo:
                 repo.update_attempt(attempt.id, AttemptUpdate(stop_requested_at=now))
@@ -323,8 +340,18 @@ class ControlLoop:
         verdict: EndAttempt,
         status: AttemptStatus | None = None,
     ) -> None:
-        """End the attempt as ``verdict`` says and move the trial to its next state (read
-        whole in the same transaction)."""
+        """End one attempt as ``verdict`` says (see :meth:`_end_all`)."""
+        self._end_all([self._ending(record, attempt, verdict, status)])
+
+    def _ending(
+        self,
+        record: Trial | ActiveRecord,
+        attempt: Attempt | None,
+        verdict: EndAttempt,
+        status: AttemptStatus | None = None,
+    ) -> _Ending:
+        """What ending the attempt writes: its ranks stopped where the verdict says so, their
+        output drained, their exit codes, and what the failed rank said last."""
         exit_codes: tuple[int | None, ...] = ()
         detail = verdict.detail
         if attempt is not None:
@@ -334,76 +361,89 @@ class ControlLoop:
             final = self._drain_logs(record, attempt)
             ranks = final.ranks or (status.ranks if status else ())
             exit_codes = tuple(r.exit_code for r in ranks)
-            self.executor.release(attempt.key)
             failed = [r.rank for r in ranks if r.exit_code not in (0, None)]
             if verdict.outcome == AttemptOutcome.FAILED and failed:
                 # what the script said last is most often why it failed
                 said = self._last_log_line(record, attempt, failed[0])
                 detail = f"{detail}; rank {failed[0]} said: {said}" if said else detail
+        return _Ending(record.id, attempt, verdict, detail, exit_codes)
+
+    def _end_all(self, endings: Sequence[_Ending]) -> None:
+        """Write the ends in one transaction (each moves its trial to its next state, read
+        whole in it), then release the attempts' actors. Released only once the ends are
+        committed: if the write fails, the next tick finds the attempts as they were and ends
+        them again (their output is stored already)."""
         now = self.clock()
-        outcome = verdict.outcome
         with self.uow() as repo:
-            trial = repo.get_trial(record.id)
-            if trial is None:
-                return
-            ran_s = held_s = 0.0
-            num_slots = 0
-            progress_s = trial.progress_s
-            if attempt is not None:
-                repo.update_attempt(
-                    attempt.id,
-                    AttemptUpdate(
-                        outcome=outcome.value,
-                        ended_at=now,
-                        detail=detail,
-                        exit_codes=exit_codes,
-                    ),
-                )
-                if attempt.token_id is not None:
-                    repo.revoke_token(attempt.token_id)
-                if outcome.ran:
-                    # run time counts from the processes' start (or placement, if they ended
-                    # before they were seen running); service from when the slots were held
-                    ran_s = max(0.0, now - (attempt.started_at or attempt.created_at))
-                    held_s = max(0.0, now - attempt.created_at)
-                    num_slots = attempt.num_slots
-                    saved = repo.checkpoint_times([trial.id]).get(trial.id)
-                    if saved is not None and saved.attempt == attempt.number:
-                        began = attempt.started_at or attempt.created_at
-                        progress_s = trial.progress_s + max(0.0, saved.last_at - began)
-            number = attempt.number if attempt else trial.num_attempts
-            repo.add_event(trial.id, outcome.value.lower(), f"attempt {number}: {detail}", now)
-            spec = self._spec(repo, trial)
-            latest = repo.list_checkpoints(trial.id)
-            transition = next_trial_state(
-                trial.state,
-                outcome,
-                detail,
-                num_restarts=trial.num_restarts,
-                max_restarts=spec.max_restarts,
-                resume_step=latest[-1].step if latest else None,
-                retry=verdict.retry,
-            )
-            transition = self._steered(trial, transition)  # PRUNED or PAUSED where asked
-            queued = transition.target == TrialState.QUEUED
-            write_trial(
-                repo,
-                trial.id,
-                TrialUpdate(
-                    state=transition.target,
-                    message=transition.message,
-                    pending_reason=transition.pending_reason,
-                    queued_at=now if queued else KEEP,
-                    stop_reason=None if queued else KEEP,
-                    ended_at=now if transition.ended else KEEP,
-                    num_restarts=trial.num_restarts + 1 if transition.counts_restart else KEEP,
-                    run_time_s=trial.run_time_s + ran_s,
-                    attained_service=trial.attained_service + held_s * num_slots,
-                    progress_s=progress_s,
+            for ending in endings:
+                self._write_end(repo, ending, now)
+        for ending in endings:
+            if ending.attempt is not None:
+                self.executor.release(ending.attempt.key)
+
+    def _write_end(self, repo: Repository, ending: _Ending, now: float) -> None:
+        attempt, outcome, detail = ending.attempt, ending.verdict.outcome, ending.detail
+        trial = repo.get_trial(ending.trial_id)
+        if trial is None:
+            return
+        ran_s = held_s = 0.0
+        num_slots = 0
+        progress_s = trial.progress_s
+        if attempt is not None:
+            repo.update_attempt(
+                attempt.id,
+                AttemptUpdate(
+                    outcome=outcome.value,
+                    ended_at=now,
+                    detail=detail,
+                    exit_codes=ending.exit_codes,
                 ),
-                current=trial.state,
             )
-            refresh_experiment_state(repo, trial.experiment_id, now)
+            if attempt.token_id is not None:
+                repo.revoke_token(attempt.token_id)
+            if outcome.ran:
+                # run time counts from the processes' start (or placement, if they ended
+                # before they were seen running); service from when the slots were held
+                ran_s = max(0.0, now - (attempt.started_at or attempt.created_at))
+                held_s = max(0.0, now - attempt.created_at)
+                num_slots = attempt.num_slots
+                saved = repo.checkpoint_times([trial.id]).get(trial.id)
+                if saved is not None and saved.attempt == attempt.number:
+                    began = attempt.started_at or attempt.created_at
+                    progress_s = trial.progress_s + max(0.0, saved.last_at - began)
+        number = attempt.number if attempt else trial.num_attempts
+        repo.add_event(trial.id, outcome.value.lower(), f"attempt {number}: {detail}", now)
+        spec = self._spec(repo, trial)
+        latest = repo.list_checkpoints(trial.id)
+        transition = next_trial_state(
+            trial.state,
+            outcome,
+            detail,
+            num_restarts=trial.num_restarts,
+            max_restarts=spec.max_restarts,
+            resume_step=latest[-1].step if latest else None,
+            retry=ending.verdict.retry,
+        )
+        transition = self._steered(trial, transition)  # PRUNED or PAUSED where asked
+        queued = transition.target == TrialState.QUEUED
+        write_trial(
+            repo,
+            trial.id,
+            TrialUpdate(
+                state=transition.target,
+                message=transition.message,
+                pending_reason=transition.pending_reason,
+                queued_at=now if queued else KEEP,
+                stop_reason=None if queued else KEEP,
+                ended_at=now if transition.ended else KEEP,
+                num_restarts=trial.num_restarts + 1 if transition.counts_restart else KEEP,
+                run_time_s=trial.run_time_s + ran_s,
+                attained_service=trial.attained_service + held_s * num_slots,
+                progress_s=progress_s,
+            ),
+            current=trial.state,
+        )
+        refresh_experiment_state(repo, trial.experiment_id, now)
 
     def _steered(self, trial: Trial, transition: Transition) -> Transition:
         """A pruned trial ends PRUNED (not CANCELED), a paused one waits PAUSED (not QUEUED)."""
