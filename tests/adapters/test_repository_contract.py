@@ -268,7 +268,8 @@ def test_batch_reads_and_writes_of_the_control_loop(uow: SqlUnitOfWork) -> None:
 
 def test_a_batch_of_updates_writes_each_row_its_own_columns(uow: SqlUnitOfWork) -> None:
     """A tick's pending notes are one batch (one statement per set of columns): each row gets
-    its own values, a JSON column too, and a trial the same session read shows the write."""
+    its own values, a JSON column too, and a read in the same session after the batch shows
+    the write."""
     experiment_id, first = seed(uow)
     with uow() as repo:
         others = [repo.add_trial(experiment_id, {}, "normal", 3.0).id for _ in range(3)]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from functools import partial
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import orjson
@@ -100,6 +101,7 @@ _STATES = {state.value: state for state in TrialState}
 # the states the scheduler reads: waiting, or holding resources
 _SCHEDULED_STATES = [s for s in TrialState if s == TrialState.QUEUED or s.is_active]
 _ACTIVE_STATES = [s for s in TrialState if s.is_active]
+_Record = TypeVar("_Record", ActiveRecord, SchedulingRecord)
 
 
 def _chunks(ids: Sequence[int]) -> Iterator[list[int]]:
@@ -578,15 +580,8 @@ class SqlRepository(SqlLayerAlertStore):
         return [record for record, _ in self._active_rows(where)]
 
     def active_changes(self, since: int | None) -> ActiveChanges:
-        if since is None:
-            # the number first: a change committed between the two reads is read again next
-            mark = self.s.scalar(
-                select(ChangeCounterRow.value).where(ChangeCounterRow.name == changes.COUNTER)
-            )
-            return ActiveChanges(self.active_records(_ACTIVE_STATES), int(mark or 0), whole=True)
-        rows = self._active_rows(TrialRow.change_seq > since)
-        mark = max((seq for _, seq in rows), default=since)
-        return ActiveChanges([record for record, _ in rows], mark, whole=False)
+        every = partial(self.active_records, _ACTIVE_STATES)
+        return ActiveChanges(*self._changed(since, every, self._active_rows))
 
     def _active_rows(self, where: Any) -> list[tuple[ActiveRecord, int]]:
         rows = self.s.execute(
@@ -610,16 +605,25 @@ class SqlRepository(SqlLayerAlertStore):
         ]
 
     def scheduling_changes(self, since: int | None) -> SchedulingChanges:
+        every = partial(self.scheduling_records, _SCHEDULED_STATES)
+        return SchedulingChanges(*self._changed(since, every, self._scheduling_rows))
+
+    def _changed(
+        self,
+        since: int | None,
+        every: Callable[[], list[_Record]],
+        rows_where: Callable[[Any], list[tuple[_Record, int]]],
+    ) -> tuple[list[_Record], int, bool]:
+        """(records, next mark, whole): with ``since`` None every record (``every``), else
+        the records of the trials whose change number is above it (``rows_where``)."""
         if since is None:
             # the number first: a change committed between the two reads is read again next
             mark = self.s.scalar(
                 select(ChangeCounterRow.value).where(ChangeCounterRow.name == changes.COUNTER)
             )
-            records = self.scheduling_records(_SCHEDULED_STATES)
-            return SchedulingChanges(records, int(mark or 0), whole=True)
-        rows = self._scheduling_rows(TrialRow.change_seq > since)
-        mark = max((seq for _, seq in rows), default=since)
-        return SchedulingChanges([record for record, _ in rows], mark, whole=False)
+            return every(), int(mark or 0), True
+        rows = rows_where(TrialRow.change_seq > since)
+        return [record for record, _ in rows], max((seq for _, seq in rows), default=since), False
 
     def _scheduling_rows(self, where: Any) -> list[tuple[SchedulingRecord, int]]:
         rows = self.s.execute(
