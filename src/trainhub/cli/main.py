@@ -20,6 +20,7 @@ from trainhub.cli import (
     admin,
     auth,
     debugging,
+    environments,
     experiments,
     models,
     nodes,
@@ -79,6 +80,7 @@ app.add_typer(admin.users_app, name="users", rich_help_panel="Administration")
 app.add_typer(admin.tokens_app, name="tokens", rich_help_panel="Administration")
 app.command(rich_help_panel="Administration")(admin.cluster)
 app.add_typer(nodes.app, name="nodes", rich_help_panel="Administration")
+app.add_typer(environments.app, name="envs", rich_help_panel="Experiments")
 
 
 server_app = typer.Typer(

@@ -38,7 +38,8 @@ TERMINAL_STATES = frozenset(
 
 _T = TrialState
 LEGAL_TRANSITIONS: dict[TrialState, frozenset[TrialState]] = {
-    _T.QUEUED: frozenset({_T.SCHEDULED, _T.PAUSED, _T.CANCELED}),
+    # QUEUED -> FAILED: its environment did not resolve or install (ADR 0026): no slot held
+    _T.QUEUED: frozenset({_T.SCHEDULED, _T.PAUSED, _T.CANCELED, _T.FAILED}),
     # back to QUEUED when placement is lost before the ranks start; straight to an end when the
     # processes finish before the control plane saw them run
     _T.SCHEDULED: frozenset(

@@ -250,6 +250,7 @@ class RayExecutor:
             checkpoint_root=self._checkpoint_root,
             data_dir=self._data_dir,
             denied=self._denied,
+            environment_dir=launch.environment_dir,
         )
         return _RankWorkerActor.options(
             name=actor_name(launch.attempt_key, rank),
