@@ -173,11 +173,11 @@ SHUTDOWN_GRACE_S = 10
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
     from trainhub.adapters.db.environment_store import SqlEnvironmentStore
-    from trainhub.adapters.envs.uv import UvEnvironments
     from trainhub.adapters.db.profile_store import SqlProfileStore
     from trainhub.adapters.db.registry_store import SqlModelStore
     from trainhub.adapters.db.sample_store import SqlSampleStore
     from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
+    from trainhub.adapters.envs.uv import UvEnvironments
     from trainhub.adapters.monitor.agent import RayNodeMonitor
     from trainhub.adapters.monitor.node_store import SqlNodeControlStore
     from trainhub.adapters.optuna_search import OptunaSearch

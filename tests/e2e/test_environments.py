@@ -51,7 +51,9 @@ def spec(name: str, environment: dict[str, Any], variables: dict[str, str] | Non
 
 
 @pytest.fixture(scope="module")
-def plane(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneProcess]:
+def plane(
+    ray_address: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlaneProcess]:
     problem = _index_problem()
     if problem is not None:
         pytest.skip(problem)
@@ -114,13 +116,15 @@ def test_trials_import_their_packages_building_the_environment_once(
         done = plane.wait_for(trial_id, lambda t: t["state"] == "COMPLETED", what="COMPLETED")
         assert done["num_attempts"] == 1
         log = plane.log(trial_id, 0)
-        assert "INFLECTION" in log and "EnvOk" in log, log
+        assert "INFLECTION" in log, log
+        assert "EnvOk" in log, log
     (record,) = [e for e in _environments(plane) if e["requirements"] == ["inflection==0.5.1"]]
     assert record["state"] == "ready"
     assert record["num_builds"] == 1  # two trials at once: one build
     assert record["num_uses"] == 2
     assert record["packages"] == ["inflection==0.5.1"]  # torch and trainhub are the base's
-    assert record["size_bytes"] > 0 and record["nodes"]
+    assert record["size_bytes"] > 0
+    assert record["nodes"]
 
     # a later trial with the same requirements starts without a build
     third = plane.submit(spec("env-c", environment), WORKLOAD)["trials"][0]["id"]
@@ -140,16 +144,17 @@ def test_a_requirement_that_does_not_resolve_fails_the_trial_once(
     plane: ControlPlaneProcess,
 ) -> None:
     missing = "trainhub-no-such-package-4711"
-    trial_id = plane.submit(spec("env-bad", {"packages": [f"{missing}==1.0"]}), WORKLOAD)[
-        "trials"
-    ][0]["id"]
+    trial_id = plane.submit(spec("env-bad", {"packages": [f"{missing}==1.0"]}), WORKLOAD)["trials"][
+        0
+    ]["id"]
     failed = plane.wait_for(trial_id, lambda t: t["state"] == "FAILED", what="FAILED")
     assert missing in (failed["message"] or ""), failed
     assert failed["num_attempts"] == 0  # no attempt: no slot was held
     assert failed["num_restarts"] == 0
     assert plane.request("GET", "/trials/1").status_code == 200  # the server is healthy
     (record,) = [e for e in _environments(plane) if e["requirements"] == [f"{missing}==1.0"]]
-    assert record["state"] == "failed" and missing in record["error"]
+    assert record["state"] == "failed"
+    assert missing in record["error"]
 
 
 def test_a_trial_cannot_write_to_its_environment(plane: ControlPlaneProcess) -> None:
@@ -192,4 +197,5 @@ def test_submit_refuses_a_missing_file_and_another_torch(
     assert torch.status_code == 422, torch.text
     (error,) = torch.json()["errors"]
     assert error["path"] == "environment.packages[1]"
-    assert "torch" in error["message"] and "cannot be replaced" in error["message"]
+    assert "torch" in error["message"]
+    assert "cannot be replaced" in error["message"]

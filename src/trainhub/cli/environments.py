@@ -51,8 +51,10 @@ def envs(ctx: typer.Context) -> None:
     with connect() as client:
         page = client.environments()
     if not page["data"]:
-        out.print("no environments cached (an experiment asks for packages with "
-                  "environment.requirements or environment.packages)")
+        out.print(
+            "no environments cached (an experiment asks for packages with "
+            "environment.requirements or environment.packages)"
+        )
         return
     table = Table(show_edge=False)
     for column in ("hash", "state", "packages", "size", "last use", "builds", "uses", "nodes"):

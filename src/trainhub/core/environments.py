@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from packaging.utils import canonicalize_name
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from trainhub.core.errors import FieldError
 
@@ -44,7 +44,7 @@ class EnvironmentState(StrEnum):
 
 
 def canonical_name(name: str) -> str:
-    """A distribution name as PEP 503 compares them (``Typing_Extensions``: ``typing-extensions``)."""
+    """A distribution name as PEP 503 compares them (``Foo_Bar`` is ``foo-bar``)."""
     return str(canonicalize_name(name))
 
 
@@ -79,7 +79,9 @@ def check_requirements(
         where = f"{field}[{number - 1}]" if field.endswith("packages") else field
         label = line[:80]
         if len(line) > MAX_REQUIREMENT_CHARS:
-            errors.append(FieldError(where, f"line {number} is longer than {MAX_REQUIREMENT_CHARS}"))
+            errors.append(
+                FieldError(where, f"line {number} is longer than {MAX_REQUIREMENT_CHARS}")
+            )
             continue
         if line.startswith("-"):
             errors.append(

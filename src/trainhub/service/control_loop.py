@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from trainhub.core.fairshare import DecayedUsage
@@ -580,7 +581,7 @@ class ControlLoop:
                 failed.append((start.trial_id, "this control plane builds no environments"))
                 continue
             readiness = self.environments.prepare(
-                experiment_id, spec, lambda e=experiment_id: self._context_of(e)
+                experiment_id, spec, partial(self._context_of, experiment_id)
             )
             if isinstance(readiness, EnvironmentReady):
                 self._ready_environments[start.trial_id] = readiness

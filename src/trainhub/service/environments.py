@@ -313,9 +313,7 @@ class EnvironmentService:
         """Remove ready environments, least recently used first, until the cache fits."""
         if self.cache_bytes is None:
             return []
-        records = [
-            r for r in self.store.list(None) if r.state == EnvironmentState.READY and r.key
-        ]
+        records = [r for r in self.store.list(None) if r.state == EnvironmentState.READY and r.key]
         sizes = {r.key: r.size_bytes for r in records}
         total = sum(sizes.values())
         if total <= self.cache_bytes:
@@ -326,10 +324,11 @@ class EnvironmentService:
         for record in sorted(records, key=lambda r: r.last_used_at or r.built_at or 0.0):
             if total <= self.cache_bytes:
                 break
-            if record.key in busy_keys or record.key not in sizes:
+            key = record.key
+            if key is None or key in busy_keys or key not in sizes:
                 continue
-            total -= sizes.pop(record.key)
-            removed += self._remove_key(record.key, records)
+            total -= sizes.pop(key)
+            removed += self._remove_key(key, records)
         return removed
 
     def _evict_quietly(self) -> None:
@@ -339,7 +338,9 @@ class EnvironmentService:
         except Exception:
             log.exception("evicting environments failed")
 
-    def _remove_key(self, key: str, records: Sequence[EnvironmentRecord]) -> list[EnvironmentRecord]:
+    def _remove_key(
+        self, key: str, records: Sequence[EnvironmentRecord]
+    ) -> list[EnvironmentRecord]:
         gone = [r for r in records if r.key == key]
         self.builder.remove(key)
         self.store.delete([r.request_key for r in gone])
@@ -361,7 +362,8 @@ class EnvironmentService:
         matches = {
             r.key or r.request_key
             for r in records
-            if len(prefix) >= 6 and ((r.key or "").startswith(prefix) or r.request_key.startswith(prefix))
+            if len(prefix) >= 6
+            and ((r.key or "").startswith(prefix) or r.request_key.startswith(prefix))
         }
         if not matches:
             raise NotFound(f"no environment {key_prefix!r}", "list them with `trainhub envs`")
