@@ -263,6 +263,11 @@ class EnvironmentService:
         what = ", ".join(lines[:3]) + (f" and {len(lines) - 3} more" if len(lines) > 3 else "")
         return EnvironmentBuilding(f"building its environment {short_key(key)} ({what})")
 
+    def building(self) -> list[str]:
+        """The request keys whose build is in flight in this process."""
+        with self._lock:
+            return [key for key, job in self._jobs.items() if not job.done]
+
     def used(self, ready: EnvironmentReady, nodes: Collection[str]) -> None:
         """An attempt starts with the environment (its last use, its nodes)."""
         self.store.use(ready.record.request_key, sorted(set(nodes)), self.clock())
@@ -295,10 +300,10 @@ class EnvironmentService:
             log.exception("building environment %s failed", short_key(key))
             error = f"{type(exc).__name__}: {exc}"[-MAX_ERROR_CHARS:]
             self._record_failure(key, error, error)
-        with self._lock:
-            job.error, job.done = error, True
         if error is None:
             self._evict_quietly()
+        with self._lock:
+            job.error, job.done = error, True
         self.wake()
 
     def _record_failure(self, key: str, error: str, build_log: str) -> None:

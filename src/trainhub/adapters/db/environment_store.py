@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from sqlalchemy import JSON, BigInteger, Engine, Float, ForeignKey, Integer, String, Text, select
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Engine,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    delete,
+    select,
+)
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from trainhub.adapters.db.models import Base, ExperimentRow, TenantRow, TrialRow
@@ -179,10 +190,9 @@ class SqlEnvironmentStore:
         if not request_keys:
             return
         with Session(self.engine) as session, session.begin():
-            for row in session.scalars(
-                select(EnvironmentRow).where(EnvironmentRow.request_key.in_(list(request_keys)))
-            ):
-                session.delete(row)
+            session.execute(
+                delete(EnvironmentRow).where(EnvironmentRow.request_key.in_(list(request_keys)))
+            )
 
     def in_use(self) -> set[str]:
         with Session(self.engine) as session:

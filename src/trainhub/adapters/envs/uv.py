@@ -57,13 +57,17 @@ class UvEnvironments:
     Args:
         root: the cache folder, one subfolder per environment key.
         python: the base interpreter (default: this process's, which the ranks also run).
-        index_url: a package index other than uv's default (``UV_INDEX_URL`` works too).
+        index_args: where packages come from, as uv options (e.g. ``["--index-url", URL]``
+            or ``["--no-index", "--find-links", DIR]``); default uv's (``UV_INDEX_URL`` and
+            uv's other variables apply).
     """
 
-    def __init__(self, root: Path, python: str | None = None, index_url: str | None = None):
+    def __init__(
+        self, root: Path, python: str | None = None, index_args: Sequence[str] = ()
+    ) -> None:
         self.root = Path(root)
         self.python = python or sys.executable
-        self.index_url = index_url
+        self.index_args = list(index_args)
 
     # ---------------------------------------------------------------- the base
 
@@ -161,7 +165,7 @@ class UvEnvironments:
         (found[0] / BASE_PTH).write_text("\n".join(lines) + "\n")
 
     def _index_args(self) -> list[str]:
-        return ["--index-url", self.index_url] if self.index_url else []
+        return list(self.index_args)
 
     # ---------------------------------------------------------------- the cache
 

@@ -78,7 +78,7 @@ def environments(services: Services) -> EnvironmentService:
     return services.environments
 
 
-@router.get("/environments", response_model=EnvironmentsPublic, responses=errors(403))
+@router.get("/environments", response_model=EnvironmentsPublic, responses=errors(403, 409))
 def list_environments(services: ServicesDep, principal: CurrentPrincipal) -> EnvironmentsPublic:
     """The cached environments (admins: all; others: those their tenants' experiments use)."""
     rows = environments(services).list_environments(principal)
@@ -97,7 +97,9 @@ def remove_environment(
 
 
 @router.get(
-    "/trials/{trial_id}/environment", response_model=EnvironmentLogPublic, responses=errors(404)
+    "/trials/{trial_id}/environment",
+    response_model=EnvironmentLogPublic,
+    responses=errors(404, 409),
 )
 def trial_environment(
     services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
