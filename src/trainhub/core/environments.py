@@ -25,13 +25,14 @@ from enum import StrEnum
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from trainhub.core import limits
 from trainhub.core.errors import FieldError
 
 # packages that only the platform installs: a request may name them only at the base's version
 PLATFORM_PACKAGES = frozenset({"torch", "trainhub"})
-MAX_REQUIREMENTS = 200  # lines of one request
-MAX_REQUIREMENT_CHARS = 500
-MAX_REQUIREMENTS_FILE_BYTES = 64 * 1024
+MAX_REQUIREMENTS = limits.MAX_REQUIREMENTS
+MAX_REQUIREMENT_CHARS = limits.MAX_REQUIREMENT_CHARS
+MAX_REQUIREMENTS_FILE_BYTES = limits.MAX_REQUIREMENTS_FILE_BYTES
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 

@@ -140,16 +140,18 @@ class Environment(_Strict):
     requirements: str | None = Field(
         None,
         min_length=1,
-        max_length=1024,
+        max_length=limits.MAX_REQUIREMENTS_PATH_CHARS,
         description="A requirements file of the submitted code (path relative to it), "
         "installed into an environment layered over the platform's (torch and trainhub are "
         "the platform's own).",
     )
-    packages: list[Annotated[str, Field(min_length=1, max_length=500)]] = Field(
-        default_factory=list,
-        max_length=200,
-        description="Packages to install, as pip writes them (einops==0.8.1), instead of or "
-        "beside a requirements file.",
+    packages: list[Annotated[str, Field(min_length=1, max_length=limits.MAX_REQUIREMENT_CHARS)]] = (
+        Field(
+            default_factory=list,
+            max_length=limits.MAX_REQUIREMENTS,
+            description="Packages to install, as pip writes them (einops==0.8.1), instead of or "
+            "beside a requirements file.",
+        )
     )
 
     @field_validator("requirements")
