@@ -18,7 +18,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
@@ -205,7 +204,8 @@ class EnvironmentService:
         self._lock = threading.Lock()
         self._requests: dict[int, tuple[str, list[str]]] = {}  # experiment -> key, lines
         self._jobs: dict[str, _Job] = {}  # request key -> the latest build of it
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainhub-envs")
+        # one build at a time; daemon threads: a server that stops does not wait for uv
+        self._one_build = threading.Semaphore(1)
 
     def base(self) -> BaseEnvironment:
         if self._base is None:
@@ -258,7 +258,12 @@ class EnvironmentService:
             if job is None or job.done:
                 job = _Job()
                 self._jobs[key] = job
-                self._pool.submit(self._build, key, lines, job)
+                threading.Thread(
+                    target=self._build,
+                    args=(key, lines, job),
+                    name=f"trainhub-env-{short_key(key)}",
+                    daemon=True,
+                ).start()
             job.waiters.add(experiment_id)
         what = ", ".join(lines[:3]) + (f" and {len(lines) - 3} more" if len(lines) > 3 else "")
         return EnvironmentBuilding(f"building its environment {short_key(key)} ({what})")
@@ -273,6 +278,10 @@ class EnvironmentService:
         self.store.use(ready.record.request_key, sorted(set(nodes)), self.clock())
 
     def _build(self, key: str, lines: list[str], job: _Job) -> None:
+        with self._one_build:
+            self._build_one(key, lines, job)
+
+    def _build_one(self, key: str, lines: list[str], job: _Job) -> None:
         started = time.monotonic()
         error: str | None = None
         try:
@@ -406,7 +415,7 @@ class EnvironmentService:
         return record
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Nothing to release: builds in flight end by themselves (their threads are daemons)."""
 
 
 def request_lines(
