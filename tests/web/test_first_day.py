@@ -216,14 +216,34 @@ def test_a_running_trial_loses_its_buttons_live_when_it_completes(
 def test_the_cluster_page_names_nodes_and_says_which_memory_is_which(
     browser: Any, site: Site
 ) -> None:
+    """node-a: the host has 48 GB (its agent), Ray lets trials reserve 32 of it (its memory
+    resource): the page, `GET /nodes` (`trainhub nodes`) and `GET /cluster` (`trainhub
+    cluster`) show the same two figures, each named."""
+    api = site.api
+    monitoring = api.services.monitoring
+    assert monitoring is not None
+    inventory = NodeInventory(
+        node_id="node-a", hostname="cpu-host-a", cpu_model="Xeon", num_cores=8, memory_gb=48.0
+    )
+    monitoring.record([], {"node-a": inventory})
     _plant_hosts(site)
-    page = _login(browser, site, site.api.admin_token)
+    nodes = api.client.get("/api/v1/nodes", headers=api.headers(api.admin_token)).json()["data"]
+    cluster = api.client.get("/api/v1/cluster", headers=api.headers(api.admin_token)).json()
+    by_id = {n["node_id"]: n for n in nodes}
+    in_cluster = {n["node_id"]: n for n in cluster["nodes"]}
+    assert by_id["node-a"]["memory_gb"] == in_cluster["node-a"]["host_memory_gb"] == 48.0
+    assert by_id["node-a"]["reservable_memory_gb"] == in_cluster["node-a"]["total_memory_gb"]
+    assert in_cluster["node-a"]["total_memory_gb"] == 32.0
+    assert in_cluster["node-a"]["hostname"] == "cpu-host-a"
+
+    page = _login(browser, site, api.admin_token)
     page.goto(f"{site.url}/ui/cluster")
-    node = page.locator(f"section.node[data-node='{NODE_A}']")
-    heading = node.locator("h2").inner_text()
-    assert heading.startswith("gpu-host-a")
-    assert NODE_A not in heading
-    text = node.inner_text()
-    assert "503.8 GB" in text and "41.5" in text
+    node = page.locator("section.node[data-node='node-a']")
+    assert node.locator("h2").inner_text().startswith("cpu-host-a")
+    assert "48.0 GB memory" in node.inner_text()
+    assert "32.0 GB of it for trials" in node.inner_text()
+    named = page.locator(f"section.node[data-node='{NODE_A}'] h2").inner_text()
+    assert named.startswith("gpu-host-a") and NODE_A not in named
+    assert "41.5 / 503.8 GB used" in page.locator(f"section.node[data-node='{NODE_A}']").inner_text()
     page.screenshot(path=str(site.screenshots / "first-day-cluster.png"), full_page=True)
     page.close()
