@@ -119,7 +119,6 @@ def trial_actions(state: TrialState) -> tuple[str, ...]:
     return (*actions, "kill")
 
 
-
 def experiment_actions(state: ExperimentState) -> tuple[str, ...]:
     """What a user may ask of an experiment: pause, resume and kill while it is ACTIVE (a
     search may be paused with no trial paused, so each stays offered), nothing once it ended."""

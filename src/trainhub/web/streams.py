@@ -66,7 +66,9 @@ def trial_produce(site: Site, trial_id: int, rank: int, last_event_id: str | Non
             seen["chart"] = fingerprint
             actions = list(trial_actions(trial.state))
             events.append(("chart", {**chart, "state": state, "actions": actions}, None))
-            for name, html in render_parts(detail, site.hostnames()).items():  # step timing, attempts, alerts
+            for name, html in render_parts(
+                detail, site.hostnames()
+            ).items():  # step timing, attempts, alerts
                 if seen.get(name) != html:
                     seen[name] = html
                     events.append((name, {"html": html}, None))

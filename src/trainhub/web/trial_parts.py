@@ -62,9 +62,7 @@ def timeline(
                 "left": round(min(left, 100 - pct), 3),
                 "width": round(pct, 3),
                 "outcome": a.outcome or "RUNNING",
-                "nodes": ", ".join(
-                    n["label"] for n in placement_nodes(a.placement, hosts)
-                )
+                "nodes": ", ".join(n["label"] for n in placement_nodes(a.placement, hosts))
                 or "unplaced",
                 "reason": reason,
                 "seconds": end - start,
