@@ -13,6 +13,7 @@ import pytest
 from tests.api.test_auth import submit
 from tests.web.conftest import Site
 from tests.web.test_dashboard import _login
+from tests.web.test_experiment_live import _acc, _search, _start
 from tests.web.test_trial_details import TIMING
 from trainhub.core.states import TrialState
 from trainhub.service.auth import new_token
@@ -251,4 +252,31 @@ def test_the_cluster_page_names_nodes_and_says_which_memory_is_which(
         "41.5 / 503.8 GB used" in page.locator(f"section.node[data-node='{NODE_A}']").inner_text()
     )
     page.screenshot(path=str(site.screenshots / "first-day-cluster.png"), full_page=True)
+    page.close()
+
+
+def test_a_search_page_draws_every_chart_from_the_page_itself(browser: Any, site: Site) -> None:
+    """The experiment page's title is its name, not the best-so-far block, and the plot, the
+    curves and the best so far are drawn with no stream and no fetch getting through."""
+    api = site.api
+    quinn = api.user("quinn", "vision")
+    experiment_id, trial_ids = _search(site, quinn)
+    for trial_id, acc in zip(trial_ids[:3], (0.6, 0.5, 0.8), strict=True):
+        _acc(site, trial_id, _start(site, trial_id), acc)
+        with api.services.uow() as repo:
+            write_trial(
+                repo, trial_id, TrialUpdate(state=TrialState.COMPLETED, ended_at=time.time())
+            )
+
+    page = _login(browser, site, quinn)
+    _no_live_updates(page)
+    page.goto(f"{site.url}/ui/experiments/{experiment_id}")
+    assert page.title() == f"lr-search · experiment {experiment_id} · trainhub"
+    page.wait_for_function("document.getElementById('best-so-far').dataset.drawn === '3'")
+    page.wait_for_function("document.getElementById('parcoords').dataset.lines === '3'")
+    page.wait_for_function("document.getElementById('curves').dataset.drawn")
+    assert int(page.get_attribute("#curves", "data-shown") or 0) == 9  # 3 steps of 3 trials
+    # still ACTIVE (a trial runs): its actions stay
+    assert page.get_by_role("button", name="Pause").count() == 1
+    page.screenshot(path=str(site.screenshots / "first-day-search.png"), full_page=True)
     page.close()
