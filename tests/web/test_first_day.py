@@ -280,3 +280,23 @@ def test_a_search_page_draws_every_chart_from_the_page_itself(browser: Any, site
     assert page.get_by_role("button", name="Pause").count() == 1
     page.screenshot(path=str(site.screenshots / "first-day-search.png"), full_page=True)
     page.close()
+
+
+PAGES = {
+    "/ui/experiments": "Experiments · trainhub",
+    "/ui/queue": "Queue · trainhub",
+    "/ui/usage": "Usage · trainhub",
+    "/ui/cluster": "Cluster · trainhub",
+    "/ui/admin/tenants": "Tenants · trainhub",
+    "/ui/admin/users": "Users · trainhub",
+    "/ui/admin/tokens": "Tokens · trainhub",
+    "/ui/experiments/999999": "404 · trainhub",
+}
+
+
+def test_every_page_has_a_text_title(browser: Any, site: Site) -> None:
+    page = _login(browser, site, site.api.admin_token)
+    for path, title in PAGES.items():
+        page.goto(f"{site.url}{path}")
+        assert page.title() == title, path
+    page.close()
