@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 
-from trainhub.web.site import _bytes, _duration
+from trainhub.adapters.db import make_engine, migrate
+from trainhub.adapters.monitor.node_store import SqlNodeControlStore
+from trainhub.core.resources import Node
+from trainhub.service.clock import system_clock
+from trainhub.service.monitoring import MonitoringService, NodeInventory
+from trainhub.web.site import Site, _bytes, _duration
 from trainhub.web.trial_parts import node_label, placement_nodes
 
 RAY_ID = "5e1d" * 14  # Ray's node ids are 56 hex characters
@@ -47,3 +55,20 @@ def test_a_node_is_its_hostname_else_the_start_of_its_id() -> None:
         {"id": RAY_ID, "label": "gpu-07", "ranks": 2},
         {"id": "node-a", "label": "node-a", "ranks": 1},
     ]
+
+
+def test_hostnames_come_from_the_agents_else_from_the_cluster_engine(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'th.db'}")
+    migrate(engine)
+    monitoring = MonitoringService(None, SqlNodeControlStore(engine), system_clock)  # agents off
+    ray_nodes = [Node(RAY_ID, 0, 8.0, 0, 8.0, hostname="ray-says-07"), Node("n2", 0, 1.0, 0, 1.0)]
+    services = SimpleNamespace(monitoring=monitoring, cluster_nodes=lambda: ray_nodes)
+    site = Site.__new__(Site)
+    site.services = services  # type: ignore[assignment]
+    assert site.hostnames() == {RAY_ID: "ray-says-07"}
+    inventory = NodeInventory(
+        node_id=RAY_ID, hostname="gpu-07", cpu_model="x", num_cores=8, memory_gb=32.0
+    )
+    monitoring.record([], {RAY_ID: inventory})
+    assert site.hostnames() == {RAY_ID: "gpu-07"}
+    engine.dispose()

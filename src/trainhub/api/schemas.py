@@ -461,7 +461,7 @@ class NodePublic(BaseModel):
     def of(cls, n: Node, agent: NodeInventory | None = None) -> NodePublic:
         return cls(
             node_id=n.node_id,
-            hostname=agent.hostname if agent else None,
+            hostname=agent.hostname if agent else n.hostname,
             host_memory_gb=agent.memory_gb if agent else None,
             total_gpus=n.total_gpus,
             total_cpus=n.total_cpus,

@@ -108,9 +108,13 @@ class Site:
         self.streams = StreamSlots()  # live updates (web/live.py)
 
     def hostnames(self) -> dict[str, str]:
-        """Node id: hostname, for the nodes whose agent reported its hardware."""
+        """Node id: hostname, as the nodes' agents report them; where no agent runs (monitoring
+        off), as the cluster engine names them."""
         monitoring = self.services.monitoring
-        return monitoring.hostnames() if monitoring is not None else {}
+        names = monitoring.hostnames() if monitoring is not None else {}
+        if not names:
+            names = {n.node_id: n.hostname for n in self.services.cluster_nodes() if n.hostname}
+        return names
 
     def session(self, request: Request) -> tuple[Session, Principal]:
         session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
