@@ -5,6 +5,7 @@ the state allows, human units. Screenshots go to the site's folder (a tmp path).
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -161,6 +162,7 @@ def test_the_trial_page_puts_the_users_metrics_first_in_a_grid(browser: Any, sit
     assert NODE_A[:12] not in attempts
     assert page.get_attribute("#attempts span.node >> nth=0", "title") == NODE_A
     assert "2 min 5 s" in attempts
+    assert re.search(r"\b3 min \d+ s so far", attempts)  # the running one, begun 200 s ago
     timeline = page.inner_text("#attempt-timeline")
     assert "gpu-host-a, gpu-host-b" in timeline
     assert NODE_B not in timeline

@@ -76,12 +76,14 @@ def parts_context(
 ) -> dict[str, Any]:
     """What the three parts' templates need; ``hosts`` names nodes (node id: hostname)."""
     hosts = hosts or {}
+    now = time.time() if now is None else now
     trial: Trial = detail.trial
     _, profiling = split_metrics(trial.latest_metrics or {})
     return {
         "trial": trial,
         "attempts": detail.attempts,
-        "timeline": timeline(detail.attempts, time.time() if now is None else now, hosts),
+        "timeline": timeline(detail.attempts, now, hosts),
+        "now": now,
         "attempt_nodes": {a.number: placement_nodes(a.placement, hosts) for a in detail.attempts},
         "timing": step_timing(profiling),
         "timing_step": (trial.latest_metrics or {}).get("step"),
