@@ -173,6 +173,7 @@ class RayExecutor:
                         # reserve; the bundles ask for memory_gb_per_worker of it, in GiB
                         total_memory_gb=float(total.get("memory", 0.0)) / _GiB,
                         free_memory_gb=float(free.get("memory", 0.0)) / _GiB,
+                        hostname=info.get("NodeManagerHostname") or None,
                     )
                 )
             return nodes
