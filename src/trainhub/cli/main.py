@@ -19,6 +19,7 @@ import typer
 from trainhub.cli import (
     admin,
     auth,
+    data,
     debugging,
     experiments,
     models,
@@ -70,6 +71,7 @@ app.command(rich_help_panel="Scheduling")(scheduling.queue)
 app.command(rich_help_panel="Scheduling")(scheduling.priority)
 app.command(rich_help_panel="Scheduling")(scheduling.usage)
 app.add_typer(models.app, name="models", rich_help_panel="Models")
+app.add_typer(data.app, name="data", rich_help_panel="Models")
 app.command(rich_help_panel="Models")(models.compress)
 app.command(rich_help_panel="Account")(auth.login)
 app.command(rich_help_panel="Account")(auth.logout)
@@ -199,6 +201,15 @@ def server(
             help="Datasets every trial may read (read-only; TRAINHUB_DATA_DIR in trials).",
         ),
     ] = None,
+    dataset_cache_gb: Annotated[
+        float,
+        typer.Option(
+            envvar="TRAINHUB_DATASET_CACHE_GB",
+            min=0.001,
+            help="Size cap of each node's cache of tenant datasets, in GiB (least recently "
+            "used versions go first; docs/data.md).",
+        ),
+    ] = 50.0,
     monitor_interval_s: Annotated[
         float,
         typer.Option(
@@ -232,6 +243,7 @@ def server(
         tick_interval_s=tick_interval_s,
         sandbox=sandbox.value,
         data_dir=data_dir.expanduser().resolve() if data_dir else None,
+        dataset_cache_gb=dataset_cache_gb,
         monitor_interval_s=monitor_interval_s,
     )
     if home is not None:
