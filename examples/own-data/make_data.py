@@ -1,11 +1,13 @@
 """Write this example's own dataset: three interleaved spirals as a CSV (x, y, label).
 
     python examples/own-data/make_data.py            # -> examples/own-data/data/spirals.csv
+    python examples/own-data/make_data.py --out DIR  # -> DIR/spirals.csv
 
 A stand-in for a team's own data: a small file with a header, a `label` column and float
 features, the layout trainhub.data.mounted reads as `csv` (docs/data.md).
 """
 
+import argparse
 import csv
 import math
 import random
@@ -17,9 +19,12 @@ NOISE = 0.08
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "data")
+    args = parser.parse_args()
     rng = random.Random(0)  # the same file every time: pushing it again stores nothing
-    target = Path(__file__).resolve().parent / "data" / "spirals.csv"
-    target.parent.mkdir(exist_ok=True)
+    target = args.out / "spirals.csv"
+    target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["x", "y", "label"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -301,3 +302,40 @@ def test_pushes_follow_roles_and_the_storage_quota(world: World) -> None:
     )
     assert r.status_code == 413, r.text
     assert "storage quota" in r.json()["message"]
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own-data"
+
+
+def test_the_own_data_example_trains_on_its_pushed_dataset(world: World) -> None:
+    from typer.testing import CliRunner
+
+    from trainhub.cli.main import app
+
+    w = world
+    data = w.tmp / "own-data"
+    subprocess.run([sys.executable, str(EXAMPLE / "make_data.py"), "--out", str(data)], check=True)
+    env = {"TRAINHUB_URL": w.plane.url, "TRAINHUB_TOKEN": w.plane.token}
+    runner = CliRunner()
+    pushed = runner.invoke(app, ["data", "push", "spirals", str(data)], env=env)
+    assert pushed.exit_code == 0, pushed.output
+    assert "default/spirals:1" in pushed.output
+    again = runner.invoke(app, ["data", "push", "spirals", str(data)], env=env)
+    assert "content known: nothing uploaded" in again.output, again.output
+    listed = runner.invoke(app, ["data", "ls"], env=env)
+    assert "spirals" in listed.output
+
+    spec = (EXAMPLE / "experiment.yaml").read_text()
+    r = httpx.post(
+        f"{w.plane.url}/api/v1/experiments",
+        data={"spec": spec},
+        files={"context": ("c.tar.gz", pack_dir(EXAMPLE), "application/gzip")},
+        headers=w.headers(),
+        timeout=30,
+    )
+    trial_id, log = _completed(w, r)
+    assert "csv at /data/spirals" in log, log
+    best = w.plane.trial(trial_id)["latest_metrics"]["val_accuracy"]
+    assert best > 0.8, log
+    shown = runner.invoke(app, ["show", str(r.json()["id"])], env=env)
+    assert "default/spirals:1 at /data/spirals" in shown.output, shown.output
