@@ -74,7 +74,9 @@ def list_datasets(
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
         }
     },
 )
