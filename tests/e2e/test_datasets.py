@@ -221,6 +221,16 @@ def test_the_same_content_is_stored_once(world: World) -> None:
     digest = hashlib.sha256((blobs / f"{first['sha256']}.tar").read_bytes()).hexdigest()
     assert digest == first["sha256"]
 
+    # content is deleted with the last version that refers to it
+    with w.client() as admin:
+        assert admin._json("DELETE", "/datasets/twice-copy")["removed"] == ["default/twice-copy:1"]
+        assert (blobs / f"{first['sha256']}.tar").is_file()  # twice:1 still refers to it
+        removed = admin._json("DELETE", "/datasets/twice", params={"version": 1})["removed"]
+        assert removed == ["default/twice:1"]
+        assert not (blobs / f"{first['sha256']}.tar").exists()
+        assert [v["version"] for v in admin._json("GET", "/datasets/twice")["versions"]] == [2]
+    assert w.submit([{"name": "twice", "version": 1, "mount": "/data/t"}]).status_code == 422
+
 
 def test_an_interrupted_push_leaves_no_version(world: World) -> None:
     w = world
