@@ -249,12 +249,16 @@ class DatasetService:
         require_user(principal)
         if tenant is None:
             writable = [t for t, role in principal.roles.items() if role != "viewer"]
-            if len(writable) != 1:
+            if not writable:
+                raise PermissionDenied(
+                    "only members of a tenant push its datasets"
+                    + (" (you are a viewer)" if principal.roles else ""),
+                    "ask a tenant admin for the member role",
+                )
+            if len(writable) > 1:
                 raise InvalidRequest(
-                    "say which tenant the dataset belongs to",
-                    "pass --tenant NAME (yours: "
-                    + (", ".join(sorted(principal.roles)) or "none")
-                    + ")",
+                    "you belong to several tenants; say which one the dataset goes to",
+                    "pass --tenant NAME (one of: " + ", ".join(sorted(writable)) + ")",
                 )
             tenant = writable[0]
         check_write(principal, tenant, f"tenant {tenant!r}")
