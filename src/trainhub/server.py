@@ -249,11 +249,15 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         other_bytes=registry.models.bytes_of_tenant,
     )
     experiments.resolve_data = datasets.pin_data
+    tracking = TrackingService(uow, store, clock)
+    tracking.other_bytes = lambda tenant: (
+        registry.models.bytes_of_tenant(tenant) + datasets.datasets.bytes_of_tenant(tenant)
+    )
     services = Services(
         uow=uow,
         clock=clock,
         experiments=experiments,
-        tracking=TrackingService(uow, store, clock),
+        tracking=tracking,
         admin=admin,
         usage=UsageService(uow, clock),
         cluster_nodes=executor.cluster_nodes,

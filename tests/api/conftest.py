@@ -108,6 +108,10 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
         other_bytes=registry.models.bytes_of_tenant,
     )
     experiments.resolve_data = datasets.pin_data
+    tracking = TrackingService(uow, store, system_clock)
+    tracking.other_bytes = lambda tenant: (
+        registry.models.bytes_of_tenant(tenant) + datasets.datasets.bytes_of_tenant(tenant)
+    )
     services = Services(
         uow=uow,
         clock=system_clock,
@@ -118,7 +122,7 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
         # and the debugging routes (sample records, reports, image grids)
         debugging=DebugService(uow, SqlSampleStore(engine), system_clock, DatasetGallery()),
         profiling=ProfilingService(uow, SqlProfileStore(engine), store, system_clock),
-        tracking=TrackingService(uow, store, system_clock),
+        tracking=tracking,
         admin=admin,
         usage=UsageService(uow, system_clock),
         cluster_nodes=lambda: NODES,

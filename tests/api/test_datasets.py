@@ -13,6 +13,7 @@ import pytest
 
 from tests.api.conftest import build_bounded_api
 from tests.api.test_auth import SPEC, submit
+from tests.api.trials import start_attempt
 from tests.fixtures.api import Api
 
 BODY = b"pretend tar archive"
@@ -120,6 +121,16 @@ def test_the_storage_quota_is_checked_before_the_body(world: World) -> None:
     assert big.status_code == 413
     assert "storage quota" in big.json()["message"]
     assert w.call("GET", "/datasets/big", w.bob).status_code == 404
+    # checkpoints share the quota with datasets: 500 of 1000 bytes are taken
+    trial_id = submit(w.api, w.bob).json()["trials"][0]["id"]
+    own = start_attempt(w.api, trial_id)
+    upload = w.api.client.post(
+        f"/api/v1/trials/{trial_id}/checkpoints",
+        params={"uuid": "c1", "step": 1},
+        content=b"z" * 600,
+        headers=own,
+    )
+    assert upload.status_code == 413, upload.text
 
 
 def test_a_spec_naming_a_dataset_is_pinned(world: World) -> None:
