@@ -349,3 +349,36 @@ def test_the_own_data_example_trains_on_its_pushed_dataset(world: World) -> None
     assert best > 0.8, log
     shown = runner.invoke(app, ["show", str(r.json()["id"])], env=env)
     assert "default/spirals:1 at /data/spirals" in shown.output, shown.output
+
+
+def test_without_a_sandbox_the_script_finds_the_cached_folder(
+    ray_address: str, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    cache = tmp_path / "cache"
+    plane = ControlPlaneProcess(
+        home, ray_address, settings={"sandbox": "none", "dataset_cache_dir": str(cache)}
+    )
+    plane.start()
+    try:
+        w = World(plane, cache, "", tmp_path)
+        with w.client() as admin:
+            pushed = push_dataset(admin, "plain", w.folder("plain", "bare"))
+        spec = {
+            "name": "bare",
+            "entrypoint": "python read_unsandboxed.py /data/plain",
+            "max_restarts": 0,
+            "data": [{"name": "plain", "mount": "/data/plain"}],
+        }
+        r = httpx.post(
+            f"{plane.url}/api/v1/experiments",
+            data={"spec": json.dumps(spec)},
+            files={"context": ("c.tar.gz", pack_dir(WORKLOAD), "application/gzip")},
+            headers=w.headers(),
+            timeout=30,
+        )
+        _, log = _completed(w, r)
+        assert f"READ /data/plain bare FROM {cache / 'entries' / pushed['sha256']}" in log, log
+    finally:
+        plane.stop()
