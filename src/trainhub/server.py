@@ -245,7 +245,11 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         SqlDatasetStore(engine),
         store,
         clock,
-        protected_mounts=python_paths(),
+        # the node's Python environment and the admin's data folder keep their places
+        protected_mounts=[
+            *python_paths(),
+            *([str(settings.data_dir)] if settings.data_dir else []),
+        ],
         other_bytes=registry.models.bytes_of_tenant,
     )
     experiments.resolve_data = datasets.pin_data
