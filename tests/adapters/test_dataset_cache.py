@@ -54,8 +54,9 @@ def test_ranks_that_ask_at_once_fetch_once(tmp_path: Path) -> None:
 
 
 def test_least_recently_used_go_first_but_not_one_in_use(tmp_path: Path) -> None:
-    versions = [archive({"x.bin": bytes([i]) * 4000}) for i in range(4)]
-    cache = DatasetCache(tmp_path, max_bytes=10_000)  # room for two of them
+    # 8,000 bytes on disk each, 10,240 as an archive: room for two and the next one's archive
+    versions = [archive({"x.bin": bytes([i]) * 8000}) for i in range(4)]
+    cache = DatasetCache(tmp_path, max_bytes=25_000)
     held = []
     for raw, sha in versions[:2]:
         held.append(cache.acquire(sha, len(raw), lambda out, raw=raw: out.write(raw)))
@@ -101,3 +102,19 @@ def test_an_archive_that_escapes_its_folder_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DatasetFetchError, match="does not extract"):
         DatasetCache(tmp_path / "cache").acquire(sha, len(raw), lambda out: out.write(raw))
     assert not (tmp_path / "outside.txt").exists()
+
+
+def test_room_is_made_before_a_fetch(tmp_path: Path) -> None:
+    old_raw, old_sha = archive({"x.bin": b"o" * 6000})
+    new_raw, new_sha = archive({"y.bin": b"n" * 6000})
+    cache = DatasetCache(tmp_path, max_bytes=10_000)
+    cache.release(cache.acquire(old_sha, len(old_raw), lambda out: out.write(old_raw)))
+    seen: list[set[str]] = []
+
+    def fetch(out: BinaryIO) -> None:
+        seen.append({p.name for p in (tmp_path / "entries").iterdir()})
+        out.write(new_raw)
+
+    cache.release(cache.acquire(new_sha, len(new_raw), fetch))
+    assert seen == [set()]  # the old version was gone before the new one arrived
+    assert {p.name for p in (tmp_path / "entries").iterdir()} == {new_sha}

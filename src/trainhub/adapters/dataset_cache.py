@@ -112,6 +112,7 @@ class DatasetCache:
             if entry.is_dir() and record is not None:
                 record.hits += 1
             else:
+                self.evict(reserve_bytes=archive_bytes)  # make room first (about its size)
                 self._fetch(sha256, fetch)
                 copied = archive_bytes
                 fetches = record.fetches + 1 if record is not None else 1
@@ -153,8 +154,9 @@ class DatasetCache:
         with contextlib.suppress(OSError):
             os.close(held.lock_fd)
 
-    def evict(self) -> list[str]:
-        """Remove least recently used versions no rank holds until the cache fits its cap."""
+    def evict(self, reserve_bytes: int = 0) -> list[str]:
+        """Remove least recently used versions no rank holds until the cache fits its cap
+        (with ``reserve_bytes`` to spare for a version about to be fetched)."""
         if self.max_bytes is None:
             return []
         gone: list[str] = []
@@ -168,7 +170,7 @@ class DatasetCache:
             ]
             total = sum(r.disk_bytes for r in records)
             for victim in sorted(records, key=lambda r: r.last_used):
-                if total <= self.max_bytes:
+                if total + reserve_bytes <= self.max_bytes:
                     break
                 fd = self._lock(victim.sha256)
                 try:
