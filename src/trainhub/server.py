@@ -21,6 +21,7 @@ from trainhub.service.admin import AdminService, IssuedToken
 from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
 from trainhub.service.control_loop import ControlLoop, LoopConfig
+from trainhub.service.datasets import DatasetService
 from trainhub.service.debugging import DebugService
 from trainhub.service.environments import EnvironmentService
 from trainhub.service.experiments import ExperimentService
@@ -64,6 +65,9 @@ class Settings:
     ray_num_gpus: int | None = None
     sandbox: str = "auto"  # auto | bwrap | none: how rank processes are isolated (sandbox.py)
     data_dir: Path | None = None  # datasets every trial may read (TRAINHUB_DATA_DIR, read-only)
+    # tenant datasets: each node's cache of them (default: its work dir) and its size cap
+    dataset_cache_dir: Path | None = None
+    dataset_cache_gb: float = 50.0
     monitor_interval_s: float = 5.0  # node agents sample this often; 0 turns monitoring off
     # how long a stopping trial (pruned, paused, preempted, canceled) may take to see
     # should_stop() and exit before its ranks get SIGTERM (a plain script never asks: it waits
@@ -172,6 +176,7 @@ SHUTDOWN_GRACE_S = 10
 
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+    from trainhub.adapters.db.dataset_store import SqlDatasetStore
     from trainhub.adapters.db.environment_store import SqlEnvironmentStore
     from trainhub.adapters.db.profile_store import SqlProfileStore
     from trainhub.adapters.db.registry_store import SqlModelStore
@@ -183,7 +188,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.optuna_search import OptunaSearch
     from trainhub.adapters.ray_executor import RayExecutor, ensure_local_ray
     from trainhub.adapters.sample_gallery import DatasetGallery
-    from trainhub.adapters.sandbox import resolve_mode
+    from trainhub.adapters.sandbox import python_paths, resolve_mode
     from trainhub.adapters.storage import LocalArtifactStore
 
     make_private(settings)
@@ -210,6 +215,8 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         checkpoint_root=str(settings.storage_root),
         data_dir=str(settings.data_dir) if settings.data_dir else None,
         denied=tuple(str(p) for p in denied),
+        dataset_cache_dir=str(settings.dataset_cache_dir) if settings.dataset_cache_dir else None,
+        dataset_cache_gb=settings.dataset_cache_gb,
     )
     clock = system_clock
     config = LoopConfig(
@@ -255,11 +262,28 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     registry = RegistryService(uow, SqlModelStore(engine), store, clock)
     experiments.resolve_model = registry.pin_sources
     experiments.check_environment = environments.check_request
+    datasets = DatasetService(
+        uow,
+        SqlDatasetStore(engine),
+        store,
+        clock,
+        # the node's Python environment and the admin's data folder keep their places
+        protected_mounts=[
+            *python_paths(),
+            *([str(settings.data_dir)] if settings.data_dir else []),
+        ],
+        other_bytes=registry.models.bytes_of_tenant,
+    )
+    experiments.resolve_data = datasets.pin_data
+    tracking = TrackingService(uow, store, clock)
+    tracking.other_bytes = lambda tenant: (
+        registry.models.bytes_of_tenant(tenant) + datasets.datasets.bytes_of_tenant(tenant)
+    )
     services = Services(
         uow=uow,
         clock=clock,
         experiments=experiments,
-        tracking=TrackingService(uow, store, clock),
+        tracking=tracking,
         admin=admin,
         usage=UsageService(uow, clock),
         cluster_nodes=executor.cluster_nodes,
@@ -273,6 +297,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         ),
         profiling=ProfilingService(uow, SqlProfileStore(engine), store, clock),
         environments=environments,
+        datasets=datasets,
     )
     bootstrap = admin.bootstrap()
     return ControlPlane(

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from tests.fixtures.api import Api, serve
 from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from trainhub.adapters.db.dataset_store import SqlDatasetStore
 from trainhub.adapters.db.profile_store import SqlProfileStore
 from trainhub.adapters.db.registry_store import SqlModelStore
 from trainhub.adapters.db.sample_store import SqlSampleStore
@@ -25,6 +26,7 @@ from trainhub.core.resources import Node
 from trainhub.service.admin import AdminService
 from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
+from trainhub.service.datasets import DatasetService
 from trainhub.service.debugging import DebugService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService, NodeInventory, NodeSample
@@ -97,6 +99,19 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
     # and the model registry, wired into submit as the server does
     registry = RegistryService(uow, SqlModelStore(engine), store, system_clock)
     experiments.resolve_model = registry.pin_sources
+    # and tenant datasets, wired into submit as the server does
+    datasets = DatasetService(
+        uow,
+        SqlDatasetStore(engine),
+        store,
+        system_clock,
+        other_bytes=registry.models.bytes_of_tenant,
+    )
+    experiments.resolve_data = datasets.pin_data
+    tracking = TrackingService(uow, store, system_clock)
+    tracking.other_bytes = lambda tenant: (
+        registry.models.bytes_of_tenant(tenant) + datasets.datasets.bytes_of_tenant(tenant)
+    )
     services = Services(
         uow=uow,
         clock=system_clock,
@@ -107,10 +122,11 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
         # and the debugging routes (sample records, reports, image grids)
         debugging=DebugService(uow, SqlSampleStore(engine), system_clock, DatasetGallery()),
         profiling=ProfilingService(uow, SqlProfileStore(engine), store, system_clock),
-        tracking=TrackingService(uow, store, system_clock),
+        tracking=tracking,
         admin=admin,
         usage=UsageService(uow, system_clock),
         cluster_nodes=lambda: NODES,
+        datasets=datasets,
     )
     issued = admin.bootstrap()
     assert issued is not None

@@ -3,6 +3,7 @@ tenant A's objects: 403 or 404, and A's objects appear in no listing."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             f"/api/v1/trials/{trial_id}/samples", json=_samples("a-samples"), headers=own
         )
         assert r.status_code == 204, r.text
+        # a dataset of tenant A (named as the tenant: the walk's {name} serves both)
+        r = api.client.put(
+            "/api/v1/datasets/vision/archive",
+            params={"sha256": hashlib.sha256(_DATASET).hexdigest()},
+            content=_DATASET,
+            headers=api.headers(alice),
+        )
+        assert r.status_code == 201, r.text
         token_id = api.client.get("/api/v1/tokens", headers=api.headers(alice)).json()["data"][0][
             "id"
         ]
@@ -82,6 +91,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "version": 1,
             "profile_id": profile_id,
             "rank": 0,
+            "index": 0,
         }
         yield World(api, ids, outsiders)
     api.services.uow.engine.dispose()  # type: ignore[attr-defined]
@@ -102,8 +112,15 @@ def _samples(uuid: str) -> dict[str, Any]:
     }
 
 
+_DATASET = b"a dataset archive of tenant A"
+_SHA = hashlib.sha256(_DATASET).hexdigest()
 # what each route is sent besides its path: keyword arguments of TestClient.request
 _BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("PUT", "/api/v1/datasets/{name}/archive"): {
+        "params": {"sha256": _SHA, "tenant": "vision"},
+        "content": b"planted",
+    },
+    ("POST", "/api/v1/datasets/{name}/versions"): {"json": {"sha256": _SHA, "tenant": "vision"}},
     ("POST", "/api/v1/trials/{trial_id}/samples"): {"json": _samples("planted-samples")},
     ("POST", "/api/v1/experiments"): {"data": {"spec": SPEC, "tenant": "vision"}},
     ("POST", "/api/v1/trials/{trial_id}/metrics"): {
@@ -154,6 +171,7 @@ _LISTINGS = {
     ("GET", "/api/v1/nodes/{node}/health"),
     ("GET", "/api/v1/nodes/{node}/series"),
     ("GET", "/api/v1/models"),  # models of the caller's tenants and those shared with them
+    ("GET", "/api/v1/datasets"),  # datasets of the caller's tenants and those shared with them
 }
 # creating routes: refused to non-admins; to a tenant admin of B they touch only B
 _CREATING = {

@@ -14,6 +14,7 @@ from trainhub.api.errors import install_error_handlers
 from trainhub.api.guard import FailedAuthLimiter, RequestGuard
 from trainhub.api.routes import (
     admin,
+    datasets,
     debugging,
     environments,
     experiments,
@@ -31,6 +32,7 @@ from trainhub.web.routes import mount_ui
 from trainhub.web.site import error_page
 
 _CHECKPOINT_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/checkpoints/?$")
+_DATASET_PUSH = re.compile(r"^/api/v1/datasets/[^/]+/archive/?$")
 _TRACE_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/profiles/[^/]+/ranks/[^/]+/trace/?$")
 # multipart framing around the archive and the spec
 _FORM_OVERHEAD_BYTES = 1024 * 1024
@@ -40,6 +42,8 @@ def body_limit(services: Services, method: str, path: str) -> int | None:
     """The most bytes a request body of this route may declare (None: the route checks)."""
     if method == "POST" and _CHECKPOINT_UPLOAD.match(path):
         return None  # bounded by the tenant's storage quotas, before the body is read
+    if method == "PUT" and _DATASET_PUSH.match(path):
+        return None  # bounded by the tenant's storage quota, before the body is read
     if method == "POST" and path.rstrip("/") in ("/api/v1/experiments", "/api/v1/templates"):
         return services.experiments.max_context_bytes + limits.MAX_SPEC_BYTES + _FORM_OVERHEAD_BYTES
     if method == "PUT" and _TRACE_UPLOAD.match(path):
@@ -91,6 +95,8 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api.include_router(monitoring.router)
     api.include_router(models.router)
     api.include_router(models.weights_router)
+    api.include_router(datasets.router)
+    api.include_router(datasets.trial_router)
 
     api.include_router(profiles.router)
     api.include_router(environments.router)

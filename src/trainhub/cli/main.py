@@ -19,6 +19,7 @@ import typer
 from trainhub.cli import (
     admin,
     auth,
+    data,
     debugging,
     environments,
     experiments,
@@ -71,6 +72,7 @@ app.command(rich_help_panel="Scheduling")(scheduling.queue)
 app.command(rich_help_panel="Scheduling")(scheduling.priority)
 app.command(rich_help_panel="Scheduling")(scheduling.usage)
 app.add_typer(models.app, name="models", rich_help_panel="Models")
+app.add_typer(data.app, name="data", rich_help_panel="Models")
 app.command(rich_help_panel="Models")(models.compress)
 app.command(rich_help_panel="Account")(auth.login)
 app.command(rich_help_panel="Account")(auth.logout)
@@ -218,6 +220,15 @@ def server(
             "environments no trial needs are removed; default: no bound.",
         ),
     ] = None,
+    dataset_cache_gb: Annotated[
+        float,
+        typer.Option(
+            envvar="TRAINHUB_DATASET_CACHE_GB",
+            min=0.001,
+            help="Size cap of each node's cache of tenant datasets, in GiB (least recently "
+            "used versions go first; docs/data.md).",
+        ),
+    ] = 50.0,
     monitor_interval_s: Annotated[
         float,
         typer.Option(
@@ -251,6 +262,7 @@ def server(
         tick_interval_s=tick_interval_s,
         sandbox=sandbox.value,
         data_dir=data_dir.expanduser().resolve() if data_dir else None,
+        dataset_cache_gb=dataset_cache_gb,
         monitor_interval_s=monitor_interval_s,
         env_cache=env_cache.expanduser().resolve() if env_cache else None,
         env_cache_gb=env_cache_gb,

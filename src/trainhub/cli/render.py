@@ -280,6 +280,8 @@ def experiment_view(e: JSON, now: float | None = None) -> RenderableType:
                 + f"placement {resources.get('placement', 'pack')}",
             )
         )
+    for item in spec.get("data") or []:  # pinned at submit: TENANT/NAME and its version
+        pairs.append(("data", f"{item['name']}:{item['version']} at {item['mount']}"))
     parts: list[RenderableType] = [_fields(pairs)]
     trials = e.get("trials") or []
     if len(trials) > 1:

@@ -131,3 +131,10 @@ MAX_GROW_FACTOR = 16.0  # Net2WiderNet (trainhub.models.net2net) takes 1 < facto
 MAX_LIST_FILTER_CHARS = 64  # tenant, project, user and name filters
 EXPERIMENT_SORTS = ("created", "name", "best")
 SORT_ORDERS = ("asc", "desc")
+
+# tenant datasets (trainhub data push) and the spec's data section
+MAX_DATASET_NAME_CHARS = 64
+MAX_DATA_MOUNTS = 16  # datasets one trial mounts
+MAX_MOUNT_PATH_CHARS = 1024
+MAX_DATASETS_LISTED = 500
+MAX_DATASET_SHARES = 256

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trainhub.core import limits
+from trainhub.core.dataset_spec import DataMount, bracket_paths
 from trainhub.core.distill_spec import DistillSpec
 from trainhub.core.distributed_spec import DistributedSpec
 from trainhub.core.errors import FieldError, InvalidSpec
@@ -212,6 +213,12 @@ class ExperimentSpec(_Strict):
         description="Train the script's model as a student of a teacher model: soft targets "
         "and FitNet hints (docs/models.md).",
     )
+    data: list[DataMount] = Field(
+        default_factory=list,
+        max_length=limits.MAX_DATA_MOUNTS,
+        description="Tenant datasets the trial reads, read-only, each at its mount path "
+        "(trainhub data push; docs/data.md).",
+    )
 
     @field_validator("entrypoint")
     @classmethod
@@ -312,7 +319,8 @@ def validate_spec(data: Any) -> ExperimentSpec:
     try:
         spec = ExperimentSpec.model_validate(data)
     except ValidationError as exc:
-        raise InvalidSpec(field_errors_from_pydantic(exc, ExperimentSpec)) from None
+        errors = bracket_paths(field_errors_from_pydantic(exc, ExperimentSpec))
+        raise InvalidSpec(errors) from None
     errors = searcher_errors(spec.searcher, spec.search_space)  # raises on a bad space
     if errors:
         raise InvalidSpec(errors)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from trainhub.core.resources import Node
 from trainhub.service.admin import AdminService, authenticate_with
 from trainhub.service.clock import Clock
+from trainhub.service.datasets import DatasetService
 from trainhub.service.debugging import DebugService
 from trainhub.service.environments import EnvironmentService
 from trainhub.service.experiments import ExperimentService
@@ -38,6 +39,7 @@ class Services:
     debugging: DebugService | None = None  # sample records, debug reports (api/routes/debugging)
     profiling: ProfilingService | None = None  # trainhub profile (api/routes/profiles)
     environments: EnvironmentService | None = None  # trainhub envs (api/routes/environments)
+    datasets: DatasetService | None = None  # trainhub data (api/routes/datasets)
 
     def authenticate(self, secret: str | None) -> Principal:
         return authenticate_with(self.uow, self.clock, secret)

@@ -730,6 +730,8 @@ class ControlLoop:
         distill = raw.get("distill")
         if distill:
             env[protocol.ENV_DISTILL] = json.dumps(distill)
+        if raw.get("data"):  # the node fetches and mounts them (ray_executor/node_datasets.py)
+            env["TRAINHUB_DATASETS"] = json.dumps(raw["data"])
         context = self.store.get(started.context_key) if started.context_key else b""
         launch = AttemptLaunch(
             attempt_key=attempt.key,

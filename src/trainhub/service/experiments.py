@@ -47,6 +47,7 @@ from trainhub.service.auth import (
 )
 from trainhub.service.clock import Clock
 from trainhub.service.context_archive import DEFAULT_MAX_CONTEXT_BYTES, check_context
+from trainhub.service.datasets import no_datasets
 from trainhub.service.environments import request_lines
 from trainhub.service.keys import staged_context_key
 from trainhub.service.ports import ArtifactStore, Principal
@@ -154,6 +155,8 @@ class ExperimentService:
         self.check_environment: Callable[
             [ExperimentSpec, bytes | BinaryIO | None, set[str]], None
         ] = _check_environment_without_base
+        # checks and pins the spec's data list (service/datasets.py wires it)
+        self.resolve_data: Callable[[Principal, str, ExperimentSpec], ExperimentSpec] = no_datasets
 
     def submit(
         self,
@@ -186,6 +189,7 @@ class ExperimentService:
         if unknown_zoo:
             raise InvalidSpec([unknown_zoo])
         spec = self.resolve_model(principal, tenant_name, spec)
+        spec = self.resolve_data(principal, tenant_name, spec)
         assert principal.user_id is not None
         key = None
         size = 0

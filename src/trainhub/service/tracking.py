@@ -298,6 +298,9 @@ class TrackingService:
         self.uow = uow
         self.store = store
         self.clock = clock
+        # bytes of a tenant stored besides checkpoints (registered models, datasets) that
+        # share its storage quota; the server wires it
+        self.other_bytes: Callable[[str], int] = lambda tenant: 0
 
     def record_metrics(
         self,
@@ -439,6 +442,7 @@ class TrackingService:
         tenant_used = repo.checkpoint_bytes_by_tenant().get(trial.tenant, 0) - sum(
             c.size_bytes for c in kept if c.id in dropped
         )
+        tenant_used += self.other_bytes(trial.tenant)
         limits_left = [
             (quota.max_checkpoint_bytes, "the checkpoint size limit", quota.max_checkpoint_bytes),
             (

@@ -105,6 +105,8 @@ class RayExecutor:
         checkpoint_root: where each trial's ``TRAINHUB_CHECKPOINT_DIR`` lives (a folder that
             outlives attempts; the control plane's storage root); default: the node work dir.
         data_dir: datasets every rank may read (``TRAINHUB_DATA_DIR``, read-only).
+        dataset_cache_dir: where nodes cache tenant datasets by content hash (default: the
+            node work dir's ``datasets``); dataset_cache_gb: its size cap in GiB.
         denied: paths never mounted into a sandbox (the control plane's home, database, ...).
     """
 
@@ -121,12 +123,16 @@ class RayExecutor:
         checkpoint_root: str | None = None,
         data_dir: str | None = None,
         denied: tuple[str, ...] = (),
+        dataset_cache_dir: str | None = None,
+        dataset_cache_gb: float | None = None,
     ) -> None:
         if sandbox not in ("bwrap", "none"):
             raise ValueError(f"sandbox must be 'bwrap' or 'none' (resolve 'auto' first): {sandbox}")
         self.sandbox = sandbox
         self._checkpoint_root = checkpoint_root
         self._data_dir = data_dir
+        self._dataset_cache_dir = dataset_cache_dir
+        self._dataset_cache_bytes = int(dataset_cache_gb * _GiB) if dataset_cache_gb else None
         self._denied = tuple(denied)
         self.address = address
         self.namespace = namespace
@@ -252,6 +258,8 @@ class RayExecutor:
             data_dir=self._data_dir,
             denied=self._denied,
             environment_dir=launch.environment_dir,
+            dataset_cache_dir=self._dataset_cache_dir,
+            dataset_cache_bytes=self._dataset_cache_bytes,
         )
         return _RankWorkerActor.options(
             name=actor_name(launch.attempt_key, rank),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
+import json
 import os
 import shutil
 import signal
@@ -33,7 +34,16 @@ import psutil
 import ray
 
 from trainhub.adapters import sandbox
+from trainhub.adapters.dataset_cache import DatasetCache
 from trainhub.adapters.ray_executor.gpus import gpu_view
+from trainhub.adapters.ray_executor.node_datasets import (
+    MOUNTS_ENV,
+    PreparedMount,
+    cache_root,
+    describe,
+    host_mounts,
+    prepare_datasets,
+)
 
 ENV_NODE_WORK_DIR = "TRAINHUB_NODE_WORK_DIR"  # set on a node to choose where attempts unpack
 SPOOL_ENV = "TRAINHUB_SPOOL_DIR"  # the same name as trainhub.runtime.protocol.ENV_SPOOL_DIR
@@ -100,6 +110,8 @@ class RankSpec:
     data_dir: str | None = None  # datasets, mounted read-only
     denied: tuple[str, ...] = ()  # paths never mounted into a sandbox (control plane state)
     environment_dir: str | None = None  # the trial's venv over the base (read-only; ADR 0026)
+    dataset_cache_dir: str | None = None  # the node's dataset cache (default: work dir/datasets)
+    dataset_cache_bytes: int | None = None  # its size cap (least recently used go first)
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,8 @@ class RankWorker:
         self._rank_dir.mkdir(parents=True)
         self._log_path = self._rank_dir / LOG_NAME
         self._log_path.touch()
+        self._datasets: list[PreparedMount] = []
+        self._cache: DatasetCache | None = None
         # The thread that forks the user's process must outlive it: PR_SET_PDEATHSIG fires when
         # the forking *thread* ends. It therefore waits for the process too.
         self._thread = threading.Thread(
@@ -192,6 +206,9 @@ class RankWorker:
         self._signal_tree(signal.SIGKILL)
         self._thread.join(timeout=2.0)
         shutil.rmtree(self._rank_dir, ignore_errors=True)
+        if self._cache is not None:
+            for mount in self._datasets:
+                self._cache.release(mount.held)
         with contextlib.suppress(OSError):
             if not any(p.name.startswith("rank") for p in self._attempt_dir.iterdir()):
                 shutil.rmtree(self._attempt_dir, ignore_errors=True)
@@ -203,6 +220,7 @@ class RankWorker:
         try:
             code_dir = self._rank_dir / "code"
             _unpack(context_archive, code_dir)
+            self._prepare_datasets()
             argv, env, cwd = self._command(code_dir)
         except Exception as exc:
             self._finish(1, f"could not prepare rank {spec.rank}: {exc!r}")
@@ -237,6 +255,18 @@ class RankWorker:
         with self._lock:
             self._phase, self._exit_code = EXITED, code
         self._after_exit(code)
+
+    def _prepare_datasets(self) -> None:
+        """The trial's datasets present in the node's cache (fetched once per node)."""
+        spec = self._spec
+        if not spec.env.get("TRAINHUB_DATASETS"):
+            return
+        root = spec.dataset_cache_dir or cache_root(node_work_root(spec.node_work_dir))
+        self._cache = DatasetCache(root, spec.dataset_cache_bytes)
+        self._datasets = prepare_datasets(spec.env, spec.trial_id, self._cache)
+        with self._log_path.open("ab") as log:
+            for line in describe(self._datasets):
+                log.write(f"[trainhub] {line}\n".encode())
 
     def _after_exit(self, code: int) -> None:
         """A rank failed: the gang cannot finish, so stop the others (torchrun does the same)."""
@@ -289,6 +319,9 @@ class RankWorker:
             computed.update(sandbox.environment_variables(spec.environment_dir, computed))
         if spec.data_dir:
             computed[DATA_ENV] = spec.data_dir
+        if self._datasets:  # where each dataset is: its mount path in a sandbox
+            where = host_mounts(self._datasets)
+            computed[MOUNTS_ENV] = json.dumps({m: m for m in where} if sandboxed else where)
         env = sandbox.rank_environment(launch=spec.env, node=os.environ, computed=computed)
         if not sandboxed:
             return list(spec.argv), env, code_dir
@@ -310,6 +343,7 @@ class RankWorker:
             mounts.append(sandbox.Mount(spec.data_dir, spec.data_dir))
         if spec.environment_dir:  # read-only: written by the platform only, never by a trial
             mounts.append(sandbox.Mount(spec.environment_dir, spec.environment_dir))
+        mounts += [sandbox.Mount(str(m.held.path), m.mount) for m in self._datasets]
         mounts += [
             sandbox.Mount(str(code_dir), paths["code"]),
             sandbox.Mount(str(spool), paths["spool"], writable=True),
