@@ -232,12 +232,14 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
     )
     registry = RegistryService(uow, SqlModelStore(engine), store, clock)
+    tracking = TrackingService(uow, store, clock)
+    tracking.observe_search = search.observe_trial  # a prune rides on the report's reply
     experiments.resolve_model = registry.pin_sources
     services = Services(
         uow=uow,
         clock=clock,
         experiments=experiments,
-        tracking=TrackingService(uow, store, clock),
+        tracking=tracking,
         admin=admin,
         usage=UsageService(uow, clock),
         cluster_nodes=executor.cluster_nodes,

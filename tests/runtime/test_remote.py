@@ -247,6 +247,36 @@ def test_should_stop_reads_a_cached_answer(managed_env: FakeControlPlane) -> Non
     assert managed_env.signal_gets == 1
 
 
+def test_a_stop_on_the_reply_to_a_report_of_the_searcher_metric_is_seen_at_once(
+    managed_env: FakeControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the heartbeat is far away and batches wait long: only the reply can bring the stop
+    monkeypatch.setenv("TRAINHUB_SEARCHER_METRIC", "val_accuracy")
+    ctx = trainhub.init(options=FAST.replace(signals_poll_s=60.0, metrics_batch_s=60.0))
+    assert ctx.should_stop() is False
+    ctx.report(step=0, train_loss=0.9)  # not the searcher's metric: no wait
+    assert ctx.should_stop() is False
+    assert managed_env.metric_batches == []
+    with managed_env.lock:
+        managed_env.signals = {"should_stop": True, "reason": "pruned by the asha pruner"}
+    ctx.report(step=1, val_accuracy=0.5)
+    assert ctx.should_stop() is True  # the report went out and its reply said stop
+    assert ctx.stop_reason == "pruned by the asha pruner"
+    assert [p["step"] for p in managed_env.points()] == [0, 1]
+    assert managed_env.signal_gets == 1  # the first check only; the stop came on the reply
+
+
+def test_a_stop_rides_on_any_metrics_reply(managed_env: FakeControlPlane) -> None:
+    ctx = trainhub.init(options=FAST.replace(signals_poll_s=60.0))
+    assert ctx.should_stop() is False
+    with managed_env.lock:
+        managed_env.signals = {"should_stop": True, "reason": "preempted"}
+    ctx.report(step=1, loss=0.5)
+    assert ctx.flush(timeout_s=5)
+    assert ctx.should_stop() is True
+    assert managed_env.signal_gets == 1
+
+
 def test_a_wrong_token_is_not_retried(
     managed_env: FakeControlPlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:

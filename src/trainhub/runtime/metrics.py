@@ -172,6 +172,9 @@ class RemoteMetricsSink(BaseMetricsSink):
         backoff: Spacing of retries while the control plane is away.
         spill_path: Where points still undelivered when ``close()`` gives up are written
             (JSON lines), so an outage longer than the flush timeout leaves a record.
+        on_signals: Receives the signals each reply carries (a stop rides on the reply to a
+            report), before the batch counts as delivered: a ``flush()`` that returned True
+            has handed them over.
     """
 
     def __init__(
@@ -183,8 +186,10 @@ class RemoteMetricsSink(BaseMetricsSink):
         batch_max_points: int,
         backoff: Backoff,
         spill_path: Path | None = None,
+        on_signals: Callable[[protocol.Signals], None] | None = None,
     ) -> None:
         self._client_factory = client_factory
+        self._on_signals = on_signals
         self._attempt = attempt
         self._batch_s = batch_s
         self._batch_max_points = min(batch_max_points, protocol.MAX_POINTS_PER_REQUEST)
@@ -313,7 +318,9 @@ class RemoteMetricsSink(BaseMetricsSink):
                     batch: protocol.MetricsBatch = {"attempt": self._attempt, "points": points}
                     if progress is not None and version != self._sent_progress_version:
                         batch["progress"] = progress
-                    client.post_metrics(batch, budget_s)
+                    answer = client.post_metrics(batch, budget_s)
+                    if answer is not None and self._on_signals is not None:
+                        self._on_signals(answer)
                     self._acknowledge(len(points), version)
 
                 try:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,6 +141,9 @@ class SearchService:
         self.wake_scheduler = wake_scheduler
         self._is_search: dict[int, bool] = {}  # experiment id -> whether its spec is a search
         self._specs: dict[int, ExperimentSpec] = {}
+        # the tick (loop thread) and observe_trial (request threads) judge one trial's new
+        # values one at a time, each reading the trial's link afresh under the lock
+        self._observe_lock = threading.Lock()
 
     # ---------------------------------------------------------------- the tick
     def tick(self) -> SearchTickReport:
@@ -217,15 +221,42 @@ class SearchService:
 
     # ---------------------------------------------------------------- metrics and pruning
     def _observe_metrics(self, view: _View, study: StudyConfig, report: SearchTickReport) -> None:
-        metric = view.spec.searcher.metric
-        mode = view.spec.searcher.mode
-        prunes = view.spec.searcher.kind == "search" and study.pruner != "none"
-        assert metric is not None
         for trial_id, link in view.links.items():
             trial = view.trials.get(trial_id)
             if trial is None or link.told or trial.state.is_terminal:
                 continue
+            self._observe_trial(trial_id, view.spec, study, report)
+
+    def observe_trial(self, trial_id: int) -> list[int]:
+        """Judge a trial's new values of the searcher metric now (the metrics route calls it
+        after storing a report, so a prune decided on that report rides on its reply, instead
+        of waiting for the next tick). Returns ``[trial_id]`` if it was pruned, else ``[]``."""
+        with self.uow() as tx:
+            link = tx.search.get_steered(trial_id)
+            if link is None or link.told:
+                return []
+            experiment = tx.repo.get_experiment(link.experiment_id)
+        if experiment is None:
+            return []
+        spec = self._spec(experiment.id, experiment.spec)
+        report = SearchTickReport()
+        self._observe_trial(trial_id, spec, study_config(experiment.id, spec), report)
+        return report.pruned
+
+    def _observe_trial(
+        self, trial_id: int, spec: ExperimentSpec, study: StudyConfig, report: SearchTickReport
+    ) -> None:
+        """Report a trial's values since the last look to the backend and ask the pruner."""
+        metric = spec.searcher.metric
+        mode = spec.searcher.mode
+        prunes = spec.searcher.kind == "search" and study.pruner != "none"
+        assert metric is not None
+        with self._observe_lock:
             with self.uow() as tx:
+                link = tx.search.get_steered(trial_id)
+                trial = tx.repo.get_trial(trial_id)
+                if link is None or trial is None or link.told or trial.state.is_terminal:
+                    return
                 new = tx.repo.list_metrics(trial_id, after_step=link.reported_step)
             points = [
                 (p.step, float(p.values[metric]))
@@ -234,7 +265,7 @@ class SearchService:
                 and math.isfinite(float(p.values[metric]))
             ]
             if not points:
-                continue
+                return
             if link.backend_id is not None:
                 self.backend.report(study, link.backend_id, points)
             best = link.best_value
