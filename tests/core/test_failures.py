@@ -55,12 +55,14 @@ def test_an_import_error_names_the_module_and_the_docs() -> None:
     assert "module 'sklearnx' is not installed" in said
     assert "docs/environments.md" in said
     cannot = import_problem("ImportError: cannot import name 'foo' from 'bar' (/x/bar.py)")
-    assert cannot is not None and "'foo' cannot be imported from module 'bar'" in cannot
+    assert cannot is not None
+    assert "'foo' cannot be imported from module 'bar'" in cannot
 
 
 def test_an_attribute_error_counts_only_when_raised_by_an_import() -> None:
     said = import_problem(AT_IMPORT)
-    assert said is not None and "module 'torch.compiler' has no 'foo'" in said
+    assert said is not None
+    assert "module 'torch.compiler' has no 'foo'" in said
     assert import_problem(AT_RUN) is None
     assert import_problem(OOM_AT_STEP) is None
 
