@@ -280,6 +280,8 @@ def experiment_view(e: JSON, now: float | None = None) -> RenderableType:
                 + f"placement {resources.get('placement', 'pack')}",
             )
         )
+    for warning in e.get("warnings") or []:
+        pairs.append(("warning", Text(warning, style="yellow")))
     parts: list[RenderableType] = [_fields(pairs)]
     trials = e.get("trials") or []
     if len(trials) > 1:
@@ -398,6 +400,8 @@ def trial_view(t: JSON, now: float | None = None) -> RenderableType:
         pairs.append(("message", Text(t["message"], style=style)))
     if t.get("stop_requested"):
         pairs.append(("stop requested", t["stop_requested"]))
+    for warning in t.get("warnings") or []:
+        pairs.append(("warning", Text(warning, style="yellow")))
     progress = progress_renderable(t.get("progress") or {})
     if progress is not None:
         pairs.append(("progress", progress))

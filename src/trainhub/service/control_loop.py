@@ -25,6 +25,7 @@ from trainhub.core.fairshare import DecayedUsage
 from trainhub.core.gcpause import collection_paused
 from trainhub.core.resources import ResourceRequest
 from trainhub.core.scheduling import BasePolicy, Pending, Preempt, Start
+from trainhub.core.searcher_metric import failure_at_end
 from trainhub.core.spec import ExperimentSpec
 from trainhub.core.states import AttemptOutcome, TrialState
 from trainhub.core.verdicts import (
@@ -433,6 +434,10 @@ class ControlLoop:
             retry=retry,
         )
         transition = self._steered(trial, transition)  # PRUNED or PAUSED where asked
+        if transition.target == TrialState.COMPLETED:
+            missing = failure_at_end(spec.searcher, trial.latest_metrics)
+            if missing is not None:  # it never reported what the searcher needs
+                transition = Transition(TrialState.FAILED, missing, None)
         queued = transition.target == TrialState.QUEUED
         write_trial(
             repo,

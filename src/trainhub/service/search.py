@@ -42,6 +42,7 @@ from trainhub.core.search_space import (
     Scalar,
     SearchSpace,
 )
+from trainhub.core.searcher_metric import trial_warning
 from trainhub.core.spec import ExperimentSpec
 from trainhub.core.states import LEGAL_TRANSITIONS, ExperimentState, TrialState
 from trainhub.service.clock import Clock
@@ -226,6 +227,34 @@ class SearchService:
             if trial is None or link.told or trial.state.is_terminal:
                 continue
             self._observe_trial(trial_id, view.spec, study, report)
+            if link.reported_step is None and view.spec.searcher.requires_metric:
+                self._check_metric_reported(trial_id, view.spec)
+
+    def _check_metric_reported(self, trial_id: int, spec: ExperimentSpec) -> None:
+        """Fail a trial that certainly does not report the searcher metric (a typo of it,
+        past the first rung) when the spec requires it (``searcher.require_metric``)."""
+        searcher = spec.searcher
+        with self.uow() as tx:
+            link = tx.search.get_steered(trial_id)
+            trial = tx.repo.get_trial(trial_id)
+            if (
+                link is None
+                or trial is None
+                or link.reported_step is not None
+                or link.stop_intent is not None
+                or trial.state != TrialState.RUNNING
+                or trial.cancel_requested
+            ):
+                return
+            step = trial.latest_metrics.get("step")
+            warning = trial_warning(
+                searcher.metric,
+                trial.latest_metrics,
+                latest_step=step if isinstance(step, int) else None,
+                first_rung=searcher.budget.min,
+            )
+            if warning is not None and warning.certain:
+                self._request_stop(tx, trial, StopIntent.FAIL, warning.message)
 
     def observe_trial(self, trial_id: int) -> list[int]:
         """Judge a trial's new values of the searcher metric now (the metrics route calls it
@@ -559,10 +588,16 @@ class SearchService:
             link = tx.search.get_steered(trial.id)
         if link is None or link.stop_intent is None:
             return default
-        wanted = {StopIntent.PRUNE: TrialState.PRUNED, StopIntent.PAUSE: TrialState.PAUSED}[
-            link.stop_intent
-        ]
-        expected = {StopIntent.PRUNE: TrialState.CANCELED, StopIntent.PAUSE: TrialState.QUEUED}
+        wanted = {
+            StopIntent.PRUNE: TrialState.PRUNED,
+            StopIntent.PAUSE: TrialState.PAUSED,
+            StopIntent.FAIL: TrialState.FAILED,
+        }[link.stop_intent]
+        expected = {
+            StopIntent.PRUNE: TrialState.CANCELED,
+            StopIntent.PAUSE: TrialState.QUEUED,
+            StopIntent.FAIL: TrialState.CANCELED,
+        }
         if default != expected[link.stop_intent]:
             return default
         return wanted if wanted in LEGAL_TRANSITIONS[trial.state] else default

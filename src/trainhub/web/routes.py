@@ -17,6 +17,7 @@ from trainhub.core.errors import Conflict, InvalidRequest, TrainhubError, Unauth
 from trainhub.core.limits import INT64_MAX
 from trainhub.core.spec_changes import parse_changes
 from trainhub.service.container import Services
+from trainhub.service.metric_warnings import trial_metric_warning
 from trainhub.service.ports import Principal
 from trainhub.service.steering import SteeringService
 from trainhub.web.admin import add_admin_routes
@@ -222,6 +223,7 @@ def build_router(services: Services) -> APIRouter:
                 "events": detail.events[-50:],
                 "ranks": list(range(len(latest.placement))) if latest else [],
                 "steerable": services.steering is not None,
+                "metric_warning": trial_metric_warning(detail.experiment.spec, detail.trial),
                 **trial_gpus_context(web, principal, trial_id),
                 **profiles_context(web, principal, trial_id),
             }

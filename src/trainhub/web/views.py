@@ -8,6 +8,7 @@ from typing import Any
 from trainhub.core.best_so_far import TrialValue, best_so_far
 from trainhub.core.search_space import is_distribution
 from trainhub.service.container import Services
+from trainhub.service.metric_warnings import experiment_metric_warnings
 from trainhub.service.ports import Principal
 from trainhub.web.parcoords import parcoords_data
 from trainhub.web.site import templates
@@ -50,6 +51,7 @@ def experiment_context(
         "hparam_names": hparam_names,
         "fixed_hparams": fixed,
         "steerable": services.steering is not None,
+        "metric_warnings": experiment_metric_warnings(detail.experiment.spec, detail.trials),
         "parcoords": parcoords_data(detail.trials, best, metric, mode),
         "best_so_far": best_so_far(
             (TrialValue(t.id, t.ended_at, best.get(t.id)) for t in detail.trials), mode
