@@ -227,7 +227,7 @@ class SearchService:
             if trial is None or link.told or trial.state.is_terminal:
                 continue
             self._observe_trial(trial_id, view.spec, study, report)
-            if link.reported_step is None and view.spec.searcher.requires_metric:
+            if link.reported_step < 0 and view.spec.searcher.requires_metric:
                 self._check_metric_reported(trial_id, view.spec)
 
     def _check_metric_reported(self, trial_id: int, spec: ExperimentSpec) -> None:
@@ -240,7 +240,7 @@ class SearchService:
             if (
                 link is None
                 or trial is None
-                or link.reported_step is not None
+                or link.reported_step >= 0
                 or link.stop_intent is not None
                 or trial.state != TrialState.RUNNING
                 or trial.cancel_requested
