@@ -22,6 +22,7 @@ from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
 from trainhub.service.control_loop import ControlLoop, LoopConfig
 from trainhub.service.debugging import DebugService
+from trainhub.service.environments import EnvironmentService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
 from trainhub.service.profiling import ProfilingService
@@ -68,6 +69,11 @@ class Settings:
     # should_stop() and exit before its ranks get SIGTERM (a plain script never asks: it waits
     # all of it)
     stop_wait_s: float = LoopConfig.stop_wait_s
+    # trial environments (docs/environments.md): where they are cached (default home/envs; on
+    # a cluster, storage every node mounts) and the cache's size past which the least recently
+    # used are removed (None: no bound)
+    env_cache: Path | None = None
+    env_cache_gb: float | None = None
 
     @property
     def database_url(self) -> str:
@@ -76,6 +82,10 @@ class Settings:
     @property
     def storage_root(self) -> Path:
         return self.storage or self.home / "artifacts"
+
+    @property
+    def env_cache_root(self) -> Path:
+        return self.env_cache or self.home / "envs"
 
     @property
     def api_url(self) -> str:
@@ -162,10 +172,12 @@ SHUTDOWN_GRACE_S = 10
 
 def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+    from trainhub.adapters.db.environment_store import SqlEnvironmentStore
     from trainhub.adapters.db.profile_store import SqlProfileStore
     from trainhub.adapters.db.registry_store import SqlModelStore
     from trainhub.adapters.db.sample_store import SqlSampleStore
     from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
+    from trainhub.adapters.envs.uv import UvEnvironments
     from trainhub.adapters.monitor.agent import RayNodeMonitor
     from trainhub.adapters.monitor.node_store import SqlNodeControlStore
     from trainhub.adapters.optuna_search import OptunaSearch
@@ -216,6 +228,13 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         clock,
         lost_after_s=max(30.0, 6 * settings.monitor_interval_s),
     )
+    environments = EnvironmentService(
+        uow,
+        SqlEnvironmentStore(engine),
+        UvEnvironments(settings.env_cache_root),
+        clock,
+        cache_bytes=int(settings.env_cache_gb * 1024**3) if settings.env_cache_gb else None,
+    )
     loop = ControlLoop(
         uow,
         executor,
@@ -225,8 +244,10 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         clock,
         hooks=search,
         monitoring=monitoring,
+        environments=environments,
     )
     loop_thread = LoopThread(loop, settings.tick_interval_s)
+    environments.wake = loop_thread.wake  # a build that ends starts its trials at once
     admin = AdminService(uow, clock)
     experiments = ExperimentService(
         uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
@@ -235,6 +256,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     tracking = TrackingService(uow, store, clock)
     tracking.observe_search = search.observe_trial  # a prune rides on the report's reply
     experiments.resolve_model = registry.pin_sources
+    experiments.check_environment = environments.check_request
     services = Services(
         uow=uow,
         clock=clock,
@@ -252,6 +274,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
             uow, SqlSampleStore(engine), clock, DatasetGallery(settings.data_dir)
         ),
         profiling=ProfilingService(uow, SqlProfileStore(engine), store, clock),
+        environments=environments,
     )
     bootstrap = admin.bootstrap()
     return ControlPlane(

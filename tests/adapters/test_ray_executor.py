@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -232,6 +233,7 @@ def test_rank_killed_with_sigkill_shows_minus_9(ray_executor: RayExecutor, run) 
 
 def test_release_frees_resources_and_files(ray_executor: RayExecutor, run) -> None:
     node = ray_executor.cluster_nodes()[0]
+    assert node.hostname == socket.gethostname()  # what the pages show for its id
     _wait_free_cpus(ray_executor, node.total_cpus)
     launch = make_launch(
         ray_executor, {"sleep.py": SLEEPER}, ("python", "sleep.py"), cpus_per_worker=2.0

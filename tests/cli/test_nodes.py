@@ -52,6 +52,26 @@ def test_nodes_lists_hardware_and_live_use(cli: Cli, monitored: LiveServer) -> N
         assert text in result.output, text
 
 
+def test_nodes_and_cluster_show_the_same_two_memory_figures(
+    cli: Cli, monitored: LiveServer
+) -> None:
+    """The host's memory (its agent: 256 GB) and what trials may reserve of it (Ray's
+    ``memory`` resource: 180 GB here), named alike in both commands."""
+    services = monitored.api.services
+    services.cluster_nodes = lambda: [
+        Node(NODE, 1, 192.0, 1, 192.0, total_memory_gb=180.0, free_memory_gb=180.0)
+    ]
+    nodes = cli("nodes")
+    assert nodes.exit_code == 0, nodes.output
+    assert "256.0 GB host" in nodes.output
+    assert "180.0 GB for trials" in nodes.output
+    cluster = cli("cluster")
+    assert cluster.exit_code == 0, cluster.output
+    assert "180.0 / 256.0" in cluster.output
+    assert "for trials/host" in cluster.output
+    assert "gpu-07" in cluster.output  # the hostname, not the node id
+
+
 def test_admins_cordon_drain_and_uncordon_by_hostname(cli: Cli, monitored: LiveServer) -> None:
     result = cli("nodes", "drain", "gpu-07", "--reason", "PSU swap")
     assert result.exit_code == 0, result.output

@@ -9,7 +9,9 @@ from trainhub.core.states import (
     ExperimentState,
     TrialState,
     check_transition,
+    experiment_actions,
     experiment_state,
+    trial_actions,
 )
 
 
@@ -61,3 +63,29 @@ def test_experiment_state_follows_trials() -> None:
     assert experiment_state([T.COMPLETED, T.FAILED]) == ExperimentState.FAILED
     assert experiment_state([T.CANCELED]) == ExperimentState.CANCELED
     assert experiment_state([T.COMPLETED, T.CANCELED]) == ExperimentState.COMPLETED
+
+
+@pytest.mark.parametrize("state", list(TrialState))
+def test_a_trial_offers_only_the_actions_its_transitions_allow(state: TrialState) -> None:
+    """pause parks it (PAUSED) or stops it first (PREEMPTING), resume queues it, kill cancels
+    it: each action offered is a legal move from ``state``, and an ended trial offers none."""
+    actions = trial_actions(state)
+    legal = LEGAL_TRANSITIONS[state]
+    targets = {
+        "pause": {TrialState.PAUSED, TrialState.PREEMPTING},
+        "resume": {TrialState.QUEUED},
+        "kill": {TrialState.CANCELED},
+    }
+    for action in actions:
+        assert targets[action] & legal, (state, action)
+    assert ("kill" in actions) == (not state.is_terminal)
+    assert ("resume" in actions) == (state == TrialState.PAUSED)
+    assert ("pause" in actions) == (
+        state in (TrialState.QUEUED, TrialState.SCHEDULED, TrialState.RUNNING)
+    )
+
+
+def test_an_ended_experiment_offers_no_action() -> None:
+    assert experiment_actions(ExperimentState.ACTIVE) == ("pause", "resume", "kill")
+    for state in (ExperimentState.COMPLETED, ExperimentState.FAILED, ExperimentState.CANCELED):
+        assert experiment_actions(state) == ()

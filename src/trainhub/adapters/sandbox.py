@@ -239,3 +239,30 @@ def rank_environment(
     env.update(launch)
     env.update(computed)
     return env
+
+
+# --- a trial's own environment (docs/environments.md) ---
+
+
+def environment_variables(environment_dir: str, computed: Mapping[str, str]) -> dict[str, str]:
+    """PATH and PYTHONPATH of a rank that runs in a trial environment (a venv over the base).
+
+    ``python`` in the entrypoint is the venv's (its bin comes first on PATH); its site-packages
+    also leads PYTHONPATH, so a script started by another interpreter of the base (torchrun's)
+    imports the environment's packages too. A missing folder fails the rank, saying why.
+    """
+    if not os.path.isdir(environment_dir):
+        raise SandboxUnavailable(
+            f"the trial's environment {environment_dir} is not on this node: the environment "
+            "cache must be on storage every node mounts (docs/environments.md)"
+        )
+    found = sorted(glob.glob(os.path.join(environment_dir, "lib", "python*", "site-packages")))
+    bin_dir = os.path.join(environment_dir, "bin")
+    variables = {
+        "PATH": os.pathsep.join([bin_dir, computed.get("PATH", "/usr/bin:/bin")]),
+        "VIRTUAL_ENV": environment_dir,
+    }
+    if found:
+        rest = computed.get("PYTHONPATH")
+        variables["PYTHONPATH"] = os.pathsep.join([found[0], rest] if rest else [found[0]])
+    return variables

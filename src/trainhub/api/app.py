@@ -15,6 +15,7 @@ from trainhub.api.guard import FailedAuthLimiter, RequestGuard
 from trainhub.api.routes import (
     admin,
     debugging,
+    environments,
     experiments,
     models,
     monitoring,
@@ -92,6 +93,7 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api.include_router(models.weights_router)
 
     api.include_router(profiles.router)
+    api.include_router(environments.router)
     app.include_router(api)
     app.include_router(monitoring.metrics_router)
     if services.monitoring is not None:

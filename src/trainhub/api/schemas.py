@@ -15,6 +15,7 @@ from trainhub.core.states import ExperimentState, TrialState
 from trainhub.service import records
 from trainhub.service.experiments import ExperimentDetail, TrialDetail
 from trainhub.service.metric_warnings import experiment_metric_warnings, trial_metric_warning
+from trainhub.service.monitoring import NodeInventory
 from trainhub.service.tracking import LogChunk, StorageQuota
 
 
@@ -455,19 +456,28 @@ class MePublic(BaseModel):
 
 class NodePublic(BaseModel):
     node_id: str
+    hostname: str | None = Field(None, description="As the node's agent reports it, if it has")
     total_gpus: int
     total_cpus: float
     total_memory_gb: float | None = Field(
-        None, description="Host memory trials may reserve (GB); null where the node reports none."
+        None,
+        description="Host memory trials may reserve (GiB): Ray's `memory` resource, the memory "
+        "free when Ray started on the node less its object store; null where the node reports "
+        "none. `trainhub nodes` shows it beside the host's total memory.",
+    )
+    host_memory_gb: float | None = Field(
+        None, description="The host's memory (GiB) as its agent reads it, if it has"
     )
     gpu_model: str | None
     labels: dict[str, str]
     alive: bool
 
     @classmethod
-    def of(cls, n: Node) -> NodePublic:
+    def of(cls, n: Node, agent: NodeInventory | None = None) -> NodePublic:
         return cls(
             node_id=n.node_id,
+            hostname=agent.hostname if agent else n.hostname,
+            host_memory_gb=agent.memory_gb if agent else None,
             total_gpus=n.total_gpus,
             total_cpus=n.total_cpus,
             total_memory_gb=n.total_memory_gb if math.isfinite(n.total_memory_gb) else None,

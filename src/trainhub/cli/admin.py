@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -280,6 +280,13 @@ def tokens_revoke(token_id: Annotated[int, typer.Argument(metavar="ID")]) -> Non
 # -- cluster --
 
 
+def _memory(node: dict[str, Any]) -> str:
+    """What trials may reserve (Ray's ``memory`` resource) / the host's total (its agent)."""
+    reservable, host = node.get("total_memory_gb"), node.get("host_memory_gb")
+    text = "-" if reservable is None else f"{reservable:.1f}"
+    return text if host is None else f"{text} / {host:.1f}"
+
+
 def cluster() -> None:
     """Show the cluster's nodes and their resources."""
     with connect() as client:
@@ -295,16 +302,16 @@ def cluster() -> None:
     table.add_column("GPUs", justify="right")
     table.add_column("GPU model")
     table.add_column("CPUs", justify="right")
-    table.add_column("memory GB", justify="right")
+    table.add_column("memory GB\nfor trials/host", justify="right")  # as `trainhub nodes`
     table.add_column("labels")
     for n in c["nodes"]:
         table.add_row(
-            Text(n["node_id"]),
+            Text(n.get("hostname") or n["node_id"][:12]),
             Text("yes", style="green") if n["alive"] else Text("no", style="red"),
             str(n["total_gpus"]),
             Text(n["gpu_model"] or "-"),
             f"{n['total_cpus']:g}",
-            "-" if n.get("total_memory_gb") is None else f"{n['total_memory_gb']:.1f}",
+            _memory(n),
             Text(", ".join(f"{k}={v}" for k, v in sorted(n["labels"].items()))),
         )
     out.print(table)

@@ -318,8 +318,21 @@ def logs(
         typer.Option("--follow", "-f", help="Keep printing new output until the trial ends."),
     ] = False,
     poll_interval_s: Annotated[float, typer.Option(hidden=True)] = 1.0,
+    env: Annotated[
+        bool,
+        typer.Option("--env", help="Print the build log of the trial's environment instead."),
+    ] = False,
 ) -> None:
     """Print the output (stdout and stderr) of one rank of a trial."""
+    if env:
+        with connect() as client:
+            found = client.trial_environment(trial_id)
+        sys.stdout.write(found["build_log"].rstrip("\n") + "\n" if found["build_log"] else "")
+        key = (found["key"] or found["request_key"])[:12]
+        err.print(f"[dim]environment {key}: {found['state']}[/]")
+        if found["error"]:
+            err.print(escape(found["error"]))
+        return
     with connect() as client:
         first = client.read_logs(trial_id, rank, attempt, 0, limit=1)
         if first["attempt"] == 0:

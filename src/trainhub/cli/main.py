@@ -20,6 +20,7 @@ from trainhub.cli import (
     admin,
     auth,
     debugging,
+    environments,
     experiments,
     models,
     nodes,
@@ -79,6 +80,7 @@ app.add_typer(admin.users_app, name="users", rich_help_panel="Administration")
 app.add_typer(admin.tokens_app, name="tokens", rich_help_panel="Administration")
 app.command(rich_help_panel="Administration")(admin.cluster)
 app.add_typer(nodes.app, name="nodes", rich_help_panel="Administration")
+app.add_typer(environments.app, name="envs", rich_help_panel="Experiments")
 
 
 server_app = typer.Typer(
@@ -199,6 +201,23 @@ def server(
             help="Datasets every trial may read (read-only; TRAINHUB_DATA_DIR in trials).",
         ),
     ] = None,
+    env_cache: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="TRAINHUB_ENV_CACHE",
+            help="Where trial environments are built and cached (default HOME/envs); on a "
+            "cluster, storage every node mounts at the same path (docs/environments.md).",
+        ),
+    ] = None,
+    env_cache_gb: Annotated[
+        float | None,
+        typer.Option(
+            envvar="TRAINHUB_ENV_CACHE_GB",
+            min=0.001,
+            help="Size of the environment cache past which the least recently used "
+            "environments no trial needs are removed; default: no bound.",
+        ),
+    ] = None,
     monitor_interval_s: Annotated[
         float,
         typer.Option(
@@ -233,6 +252,8 @@ def server(
         sandbox=sandbox.value,
         data_dir=data_dir.expanduser().resolve() if data_dir else None,
         monitor_interval_s=monitor_interval_s,
+        env_cache=env_cache.expanduser().resolve() if env_cache else None,
+        env_cache_gb=env_cache_gb,
     )
     if home is not None:
         settings = dataclasses.replace(settings, home=home.expanduser().resolve())

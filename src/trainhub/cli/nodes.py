@@ -73,9 +73,11 @@ def nodes(ctx: typer.Context) -> None:
         cpu = f"{n['cpu_model'] or '?'}\n{n['num_cores'] or '?'} cores"
         if n["cpu_pct"] is not None:
             cpu += f", {n['cpu_pct']:.0f}% busy"
-        memory = f"{n['memory_gb'] or '?'} GB"
+        memory = f"{n['memory_gb'] or '?'} GB host"
         if n["memory_used_gb"] is not None:
             memory += f"\n{n['memory_used_gb']:.1f} GB used"
+        if n.get("reservable_memory_gb") is not None:  # as `trainhub cluster` shows it
+            memory += f"\n{n['reservable_memory_gb']:.1f} GB for trials"
         nics = "\n".join(
             f"{x['name']} {x['address']} {x['speed_mbps']} Mb/s".strip() for x in n["nics"]
         )

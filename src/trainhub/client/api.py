@@ -502,6 +502,21 @@ class TrainhubClient:
 
     # -- nodes (monitoring) --
 
+    def environments(self) -> JSON:
+        """The cached trial environments: ``{"data", "count"}`` (docs/environments.md)."""
+        result: JSON = self._json("GET", "/environments")
+        return result
+
+    def remove_environment(self, key: str) -> JSON:
+        """Admins: remove a cached environment by its key or a prefix of it (6+ digits)."""
+        result: JSON = self._json("DELETE", f"/environments/{key}")
+        return result
+
+    def trial_environment(self, trial_id: int) -> JSON:
+        """The environment a trial runs in, with its ``build_log``."""
+        result: JSON = self._json("GET", f"/trials/{trial_id}/environment")
+        return result
+
     def nodes(self) -> JSON:
         """Every node: hardware, health, admin controls, latest sample: ``{"data", "count"}``."""
         result: JSON = self._json("GET", "/nodes")

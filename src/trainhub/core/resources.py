@@ -30,6 +30,8 @@ class Node:
     # host memory in GB; infinite where unknown (a node that reports none limits nothing)
     total_memory_gb: float = math.inf
     free_memory_gb: float = math.inf
+    # as the cluster engine names the machine; None where it does not say
+    hostname: str | None = None
 
     def fits(self, request: ResourceRequest, free: bool = True) -> int:
         """How many ranks of ``request`` this node can hold (free or total capacity)."""

@@ -136,6 +136,42 @@ class Environment(_Strict):
                 )
         return value
 
+    # a Python environment of the experiment's own packages (docs/environments.md)
+    requirements: str | None = Field(
+        None,
+        min_length=1,
+        max_length=limits.MAX_REQUIREMENTS_PATH_CHARS,
+        description="A requirements file of the submitted code (path relative to it), "
+        "installed into an environment layered over the platform's (torch and trainhub are "
+        "the platform's own).",
+    )
+    packages: list[Annotated[str, Field(min_length=1, max_length=limits.MAX_REQUIREMENT_CHARS)]] = (
+        Field(
+            default_factory=list,
+            max_length=limits.MAX_REQUIREMENTS,
+            description="Packages to install, as pip writes them (einops==0.8.1), instead of or "
+            "beside a requirements file.",
+        )
+    )
+
+    @field_validator("requirements")
+    @classmethod
+    def _relative_file(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = value.replace("\\", "/").split("/")
+        if value.startswith("/") or ".." in parts or "\x00" in value:
+            raise ValueError(
+                f"{value[:64]!r} must be a path inside the submitted code, relative to it "
+                "(e.g. requirements.txt)"
+            )
+        return value[2:] if value.startswith("./") else value
+
+    @property
+    def wants_packages(self) -> bool:
+        """Whether trials need an environment of their own (else: the platform's)."""
+        return bool(self.requirements or self.packages)
+
 
 class ExperimentSpec(_Strict):
     """An experiment: what to run, on what, with which hyperparameters."""

@@ -38,7 +38,8 @@ TERMINAL_STATES = frozenset(
 
 _T = TrialState
 LEGAL_TRANSITIONS: dict[TrialState, frozenset[TrialState]] = {
-    _T.QUEUED: frozenset({_T.SCHEDULED, _T.PAUSED, _T.CANCELED}),
+    # QUEUED -> FAILED: its environment did not resolve or install (ADR 0026): no slot held
+    _T.QUEUED: frozenset({_T.SCHEDULED, _T.PAUSED, _T.CANCELED, _T.FAILED}),
     # back to QUEUED when placement is lost before the ranks start; straight to an end when the
     # processes finish before the control plane saw them run
     _T.SCHEDULED: frozenset(
@@ -104,3 +105,22 @@ def experiment_state(trial_states: list[TrialState]) -> ExperimentState:
     if all(s == TrialState.CANCELED for s in trial_states):
         return ExperimentState.CANCELED
     return ExperimentState.COMPLETED
+
+
+def trial_actions(state: TrialState) -> tuple[str, ...]:
+    """What a user may ask of a trial in ``state`` (the buttons the dashboard offers): pause
+    while it waits or runs, resume while paused, kill until it has ended."""
+    if state.is_terminal:
+        return ()
+    actions: list[str] = []
+    if state in (TrialState.QUEUED, TrialState.SCHEDULED, TrialState.RUNNING):
+        actions.append("pause")
+    if state == TrialState.PAUSED:
+        actions.append("resume")
+    return (*actions, "kill")
+
+
+def experiment_actions(state: ExperimentState) -> tuple[str, ...]:
+    """What a user may ask of an experiment: pause, resume and kill while it is ACTIVE (a
+    search may be paused with no trial paused, so each stays offered), nothing once it ended."""
+    return ("pause", "resume", "kill") if state == ExperimentState.ACTIVE else ()

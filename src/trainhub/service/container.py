@@ -9,6 +9,7 @@ from trainhub.core.resources import Node
 from trainhub.service.admin import AdminService, authenticate_with
 from trainhub.service.clock import Clock
 from trainhub.service.debugging import DebugService
+from trainhub.service.environments import EnvironmentService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
 from trainhub.service.ports import Principal
@@ -36,6 +37,7 @@ class Services:
     models: RegistryService | None = None  # the model registry (api/routes/models)
     debugging: DebugService | None = None  # sample records, debug reports (api/routes/debugging)
     profiling: ProfilingService | None = None  # trainhub profile (api/routes/profiles)
+    environments: EnvironmentService | None = None  # trainhub envs (api/routes/environments)
 
     def authenticate(self, secret: str | None) -> Principal:
         return authenticate_with(self.uow, self.clock, secret)

@@ -84,3 +84,25 @@ def _check(source: BinaryIO, size: int, max_bytes: int) -> set[str]:
             "upload a gzip-compressed tar file",
         ) from None
     return files
+
+
+def read_member(data: bytes | BinaryIO, name: str, max_bytes: int) -> bytes | None:
+    """The content of one regular file of a checked archive (None if it holds no such file).
+
+    Reads at most ``max_bytes + 1`` bytes of it, so the caller can refuse a longer file.
+    """
+    source: BinaryIO = io.BytesIO(data) if isinstance(data, bytes) else data
+    source.seek(0)
+    try:
+        with tarfile.open(fileobj=source, mode="r:*") as archive:
+            for member in archive:
+                normalized = posixpath.normpath(member.name).removeprefix("./")
+                if normalized != name or not member.isfile():
+                    continue
+                handle = archive.extractfile(member)
+                return handle.read(max_bytes + 1) if handle is not None else None
+    except (tarfile.TarError, EOFError, zlib.error, OSError):
+        return None
+    finally:
+        source.seek(0)
+    return None

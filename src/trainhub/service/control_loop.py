@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from trainhub.core.fairshare import DecayedUsage
@@ -44,6 +45,12 @@ from trainhub.core.verdicts import (
 from trainhub.runtime import protocol
 from trainhub.service.auth import new_token
 from trainhub.service.clock import Clock
+from trainhub.service.environments import (
+    EnvironmentBuilding,
+    EnvironmentFailed,
+    EnvironmentReady,
+    EnvironmentService,
+)
 from trainhub.service.experiments import refresh_experiment_state
 from trainhub.service.failed_attempts import judge_failed_attempt
 from trainhub.service.keys import attempt_key, log_key
@@ -89,6 +96,7 @@ class _Started:
     raw_spec: dict[str, Any]  # as submitted: the sections passed on to the runtime as they are
     context_key: str | None
     secret: str
+    environment: EnvironmentReady | None = None  # the trial's own packages (ADR 0026)
 
 
 ACTIVE_STATES = (TrialState.SCHEDULED, TrialState.RUNNING, TrialState.PREEMPTING)
@@ -149,8 +157,12 @@ class ControlLoop:
         clock: Clock,
         hooks: TrialHooks | None = None,
         monitoring: MonitoringService | None = None,
+        environments: EnvironmentService | None = None,
     ) -> None:
         self.uow = uow
+        # builds the environments of specs that ask for packages, before placement (ADR 0026)
+        self.environments = environments
+        self._ready_environments: dict[int, EnvironmentReady] = {}  # trial -> its environment
         self.monitoring = monitoring  # node health, temperatures, cordon/drain (service/monitoring)
         self.hooks = hooks  # searches: pruning, pausing, warm starts (service/search.py)
         self.executor = executor
@@ -538,9 +550,17 @@ class ControlLoop:
         position = 0
         notes: list[tuple[int, str, int]] = []  # trial, pending reason, queue position
         started: list[SchedulingRecord] = []
-        for trial_id in self._start([d for d in decisions if isinstance(d, Start)]):
+        building: dict[int, str] = {}  # trials waiting for their environment: no slot held
+        starts = self._with_environments([d for d in decisions if isinstance(d, Start)], building)
+        for trial_id in self._start(starts):
             report.started.append(trial_id)
             started.append(by_id[trial_id])
+        for trial_id, reason in building.items():
+            report.pending += 1
+            position += 1
+            trial = by_id[trial_id]
+            if trial.pending_reason != reason or trial.queue_position != position:
+                notes.append((trial_id, reason, position))
         for decision in decisions:
             if isinstance(decision, Pending):
                 report.pending += 1
@@ -558,6 +578,65 @@ class ControlLoop:
                 )
             self.view.noted(notes)
 
+    def _with_environments(self, starts: Sequence[Start], building: dict[int, str]) -> list[Start]:
+        """The starts whose trials can run now: those whose spec asks for no packages, and
+        those whose environment is built. The others wait in the queue (their environment
+        builds meanwhile, ``building`` gets why) or fail once (it did not build)."""
+        ready: list[Start] = []
+        failed: list[tuple[int, str]] = []
+        for start in starts:
+            experiment_id = self.view.records[start.trial_id].experiment_id
+            spec = self._specs[experiment_id]
+            if not spec.environment.wants_packages:
+                ready.append(start)
+                continue
+            if self.environments is None:
+                failed.append((start.trial_id, "this control plane builds no environments"))
+                continue
+            readiness = self.environments.prepare(
+                experiment_id, spec, partial(self._context_of, experiment_id)
+            )
+            if isinstance(readiness, EnvironmentReady):
+                self._ready_environments[start.trial_id] = readiness
+                ready.append(start)
+            elif isinstance(readiness, EnvironmentBuilding):
+                building[start.trial_id] = readiness.reason
+            elif isinstance(readiness, EnvironmentFailed):
+                failed.append((start.trial_id, readiness.message))
+        if failed:
+            self._fail_queued(failed)
+        return ready
+
+    def _context_of(self, experiment_id: int) -> bytes | None:
+        with self.uow() as repo:
+            key = repo.context_key(experiment_id)
+        return self.store.get(key) if key else None
+
+    def _fail_queued(self, failed: Sequence[tuple[int, str]]) -> None:
+        """Fail queued trials whose environment did not build: once, never restarted (another
+        attempt would fail the same way), with the resolver's own message."""
+        now = self.clock()
+        with self.uow() as repo:
+            for trial_id, message in failed:
+                trial = repo.get_trial(trial_id)
+                if trial is None or trial.state != TrialState.QUEUED:
+                    continue
+                text = f"its environment could not be built: {message}"
+                write_trial(
+                    repo,
+                    trial_id,
+                    TrialUpdate(
+                        state=TrialState.FAILED,
+                        message=text,
+                        pending_reason=None,
+                        queue_position=None,
+                        ended_at=now,
+                    ),
+                    current=trial.state,
+                )
+                repo.add_event(trial_id, "environment", text, now)
+                refresh_experiment_state(repo, trial.experiment_id, now)
+
     def _start(self, starts: Sequence[Start]) -> list[int]:
         """Record the next attempt of each trial started, in one transaction (a busy tick
         starts many), then launch each; the ids of the trials started. A trial no longer
@@ -565,6 +644,7 @@ class ControlLoop:
         now = self.clock()
         with self.uow() as repo:
             made = [self._record_start(repo, s.trial_id, s.placement, now) for s in starts]
+        self._ready_environments.clear()  # those of trials no longer queued
         launches = [m for m in made if m is not None]
         for launch in launches:
             self._launch(launch)
@@ -625,7 +705,18 @@ class ControlLoop:
         where = ", ".join(sorted(set(placement)))
         repo.add_event(trial.id, "scheduled", f"attempt {number} placed on {where}", now)
         raw = self._raw_specs[trial.experiment_id]
-        return _Started(started, attempt, spec, raw, context_key, secret)
+        environment = self._ready_environments.pop(trial.id, None)
+        if environment is not None:
+            record = environment.record
+            how = "built for it" if record.num_uses == 0 and record.num_builds else "cached"
+            repo.add_event(
+                trial.id,
+                "environment",
+                f"environment {(record.key or '')[:12]} ready ({how}; "
+                f"{len(record.packages)} packages over the base)",
+                now,
+            )
+        return _Started(started, attempt, spec, raw, context_key, secret, environment)
 
     def _launch(self, started: _Started) -> None:
         """Hand the attempt to the executor; one it cannot even begin ends now, saying why."""
@@ -667,7 +758,10 @@ class ControlLoop:
             cpus_per_worker=spec.resources.cpus_per_worker,
             memory_gb_per_worker=spec.resources.memory_gb_per_worker,
             strategy=spec.resources.placement,
+            environment_dir=started.environment.path if started.environment else None,
         )
+        if started.environment is not None and self.environments is not None:
+            self.environments.used(started.environment, attempt.placement)
         try:
             self.executor.launch(launch)
         except Exception as exc:  # the executor failed to even begin: end it now, say why

@@ -47,6 +47,7 @@ from trainhub.service.auth import (
 )
 from trainhub.service.clock import Clock
 from trainhub.service.context_archive import DEFAULT_MAX_CONTEXT_BYTES, check_context
+from trainhub.service.environments import request_lines
 from trainhub.service.keys import staged_context_key
 from trainhub.service.ports import ArtifactStore, Principal
 from trainhub.service.records import (
@@ -149,6 +150,10 @@ class ExperimentService:
         self.resolve_model: Callable[[Principal, str, ExperimentSpec], ExperimentSpec] = (
             _no_registry
         )
+        # refuses, at submit, packages that cannot become an environment (service/environments)
+        self.check_environment: Callable[
+            [ExperimentSpec, bytes | BinaryIO | None, set[str]], None
+        ] = _check_environment_without_base
 
     def submit(
         self,
@@ -170,6 +175,8 @@ class ExperimentService:
             source = None
         files = check_context(source, self.max_context_bytes) if source is not None else set()
         check_entrypoint_exists(spec, files)
+        if spec.environment.wants_packages:  # the file is there, the requests acceptable
+            self.check_environment(spec, source, files)
         if spec.priority == Priority.URGENT and not principal.is_admin:
             raise PermissionDenied(
                 "only cluster admins may submit with priority 'urgent'", "use 'high'"
@@ -388,6 +395,12 @@ class ExperimentService:
 
     def spec_of(self, experiment: Experiment) -> ExperimentSpec:
         return ExperimentSpec.model_validate(experiment.spec)
+
+
+def _check_environment_without_base(
+    spec: ExperimentSpec, context: bytes | BinaryIO | None, files: set[str]
+) -> None:
+    request_lines(spec, context, files, {})
 
 
 def _no_registry(principal: Principal, tenant: str, spec: ExperimentSpec) -> ExperimentSpec:

@@ -504,6 +504,15 @@ class MonitoringService:
                 for n in ids
             ]
 
+    def inventories(self) -> dict[str, NodeInventory]:
+        """Node id: its hardware, for every node whose agent reported it."""
+        with self._lock:
+            return dict(self._inventory)
+
+    def hostnames(self) -> dict[str, str]:
+        """Node id: hostname, for every node whose agent reported its inventory."""
+        return {n: i.hostname for n, i in self.inventories().items() if i.hostname}
+
     def resolve(self, name: str, known_nodes: Iterable[str] = ()) -> str:
         """A node id from an id, a unique id prefix (6+ characters) or a hostname."""
         candidates = {*self._latest, *self._inventory, *self._control_map(), *known_nodes}

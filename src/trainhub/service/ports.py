@@ -42,6 +42,8 @@ class AttemptLaunch:
     cpus_per_worker: float = 1.0
     memory_gb_per_worker: float | None = None
     strategy: Placement = Placement.PACK
+    # the trial's own environment (a venv layered over the base, read-only), if it asks for one
+    environment_dir: str | None = None
 
 
 @dataclass(frozen=True)

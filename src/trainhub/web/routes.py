@@ -16,6 +16,8 @@ from starlette.concurrency import run_in_threadpool
 from trainhub.core.errors import Conflict, InvalidRequest, TrainhubError, Unauthenticated
 from trainhub.core.limits import INT64_MAX
 from trainhub.core.spec_changes import parse_changes
+from trainhub.core.states import trial_actions
+from trainhub.core.step_timing import RUNTIME_PREFIXES
 from trainhub.service.container import Services
 from trainhub.service.metric_warnings import trial_metric_warning
 from trainhub.service.ports import Principal
@@ -28,7 +30,7 @@ from trainhub.web.sessions import LOGIN_CSRF_COOKIE, SESSION_COOKIE
 from trainhub.web.site import HERE, PREFIX, LoginNeeded, Site, templates
 from trainhub.web.streams import add_list_live_routes, add_live_routes
 from trainhub.web.trial_parts import parts_context
-from trainhub.web.views import experiment_context
+from trainhub.web.views import experiment_context, learning_curves
 
 
 def _cookie_flags(request: Request) -> dict[str, Any]:
@@ -153,7 +155,10 @@ def build_router(services: Services) -> APIRouter:
     @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
     def experiment_page(request: Request, experiment_id: int) -> Response:
         def build(principal: Principal) -> dict[str, Any]:
-            return experiment_context(services, principal, experiment_id)
+            context = experiment_context(services, principal, experiment_id)
+            metric = context["metric"] or ""
+            curves = learning_curves(web.charts, principal, context["trials"], metric)
+            return {**context, "curves": {"metric": metric, "series": curves}}
 
         return web.page(request, "experiment.html", build)
 
@@ -175,13 +180,7 @@ def build_router(services: Services) -> APIRouter:
     def experiment_curves(request: Request, experiment_id: int, metric: str = "") -> Response:
         def build(principal: Principal) -> dict[str, Any]:
             detail = services.experiments.get(principal, experiment_id)
-            curves = {}
-            for trial in detail.trials[:50]:
-                chart = web.charts.chart(principal, trial.id, trial.num_attempts, buckets=500)
-                names = list(chart["metrics"])
-                name = metric if metric in chart["metrics"] else (names[0] if names else None)
-                if name is not None:
-                    curves[f"trial {trial.id}"] = chart["metrics"][name]
+            curves = learning_curves(web.charts, principal, detail.trials, metric)
             return {"metric": metric, "series": curves}
 
         return web.data(request, build)
@@ -216,8 +215,13 @@ def build_router(services: Services) -> APIRouter:
         def build(principal: Principal) -> dict[str, Any]:
             detail = services.experiments.get_trial(principal, trial_id)
             latest = detail.attempts[-1] if detail.attempts else None
+            chart = web.charts.chart(principal, trial_id, detail.trial.num_attempts)
             return {
-                **parts_context(detail),
+                **parts_context(detail, web.hostnames()),
+                # drawn on first paint; the live stream then sends the full detail
+                "chart": {**chart, "state": detail.trial.state.value},
+                "system_prefixes": list(RUNTIME_PREFIXES),
+                "actions": trial_actions(detail.trial.state),
                 "experiment": detail.experiment,
                 "checkpoints": detail.checkpoints,
                 "events": detail.events[-50:],
@@ -310,4 +314,10 @@ def build_router(services: Services) -> APIRouter:
 def mount_ui(app: FastAPI, services: Services) -> None:
     """Serve the dashboard under /ui (pages) and /ui/static (our script and style)."""
     app.include_router(build_router(services))
+
+    @app.get("/", include_in_schema=False)
+    def root() -> Response:
+        """The server's bare address is the dashboard (the API lives under /api/v1)."""
+        return RedirectResponse(PREFIX, status_code=307)
+
     app.mount(f"{PREFIX}/static", StaticFiles(directory=str(HERE / "static")), name="ui-static")

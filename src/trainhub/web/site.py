@@ -73,7 +73,22 @@ def _bytes(value: float) -> str:
     return f"{size:.1f} TB"
 
 
+def _duration(seconds: float | None) -> str:
+    """``45 s``, ``12 min 5 s``, ``3 h 20 min``, ``2 d 4 h``: two units at most."""
+    if seconds is None:
+        return ""
+    s = max(0, round(float(seconds)))
+    if s < 60:
+        return f"{float(seconds):.1f} s" if 0 < seconds < 10 else f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s" if s % 60 else f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min" if s % 3600 // 60 else f"{s // 3600} h"
+    return f"{s // 86400} d {s % 86400 // 3600} h" if s % 86400 // 3600 else f"{s // 86400} d"
+
+
 templates.env.filters["when"] = _when
+templates.env.filters["duration"] = _duration
 templates.env.filters["bytes"] = _bytes
 templates.env.filters["num"] = _num
 
@@ -91,6 +106,15 @@ class Site:
         self.charts = ChartCache(services)
         self.limiter = FailedAuthLimiter()  # the API's bound on guessing tokens, here too
         self.streams = StreamSlots()  # live updates (web/live.py)
+
+    def hostnames(self) -> dict[str, str]:
+        """Node id: hostname, as the nodes' agents report them; where no agent runs (monitoring
+        off), as the cluster engine names them."""
+        monitoring = self.services.monitoring
+        names = monitoring.hostnames() if monitoring is not None else {}
+        if not names:
+            names = {n.node_id: n.hostname for n in self.services.cluster_nodes() if n.hostname}
+        return names
 
     def session(self, request: Request) -> tuple[Session, Principal]:
         session = self.sessions.get(request.cookies.get(SESSION_COOKIE))

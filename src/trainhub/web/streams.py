@@ -21,6 +21,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import Response
 
 from trainhub.core.downsample import DEFAULT_BUCKETS
+from trainhub.core.states import trial_actions
 from trainhub.service.ports import Principal
 from trainhub.web.cluster import render_nodes, render_trial_gpus
 from trainhub.web.lists import ListQuery, experiments_update, list_query, usage_update
@@ -63,8 +64,11 @@ def trial_produce(site: Site, trial_id: int, rank: int, last_event_id: str | Non
         fingerprint = (chart["points"], state, trial.num_attempts)
         if fingerprint != seen["chart"]:
             seen["chart"] = fingerprint
-            events.append(("chart", {**chart, "state": state}, None))
-            for name, html in render_parts(detail).items():  # step timing, attempts, alerts
+            actions = list(trial_actions(trial.state))
+            events.append(("chart", {**chart, "state": state, "actions": actions}, None))
+            for name, html in render_parts(
+                detail, site.hostnames()
+            ).items():  # step timing, attempts, alerts
                 if seen.get(name) != html:
                     seen[name] = html
                     events.append((name, {"html": html}, None))

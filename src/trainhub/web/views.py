@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trainhub.core.best_so_far import TrialValue, best_so_far
 from trainhub.core.search_space import is_distribution
+from trainhub.core.states import experiment_actions
 from trainhub.service.container import Services
 from trainhub.service.metric_warnings import experiment_metric_warnings
 from trainhub.service.ports import Principal
+from trainhub.service.records import Trial
+from trainhub.web.charts import ChartCache
 from trainhub.web.parcoords import parcoords_data
 from trainhub.web.site import templates
 
@@ -52,11 +55,27 @@ def experiment_context(
         "fixed_hparams": fixed,
         "steerable": services.steering is not None,
         "metric_warnings": experiment_metric_warnings(detail.experiment.spec, detail.trials),
+        "actions": experiment_actions(detail.experiment.state),
         "parcoords": parcoords_data(detail.trials, best, metric, mode),
         "best_so_far": best_so_far(
             (TrialValue(t.id, t.ended_at, best.get(t.id)) for t in detail.trials), mode
         ),
     }
+
+
+def learning_curves(
+    charts: ChartCache, principal: Principal, trials: Sequence[Trial], metric: str
+) -> dict[str, Any]:
+    """``metric`` (or each trial's first metric) of the first 50 trials, 500 buckets each: the
+    page draws them on first paint, its script refreshes them from ``curves.json``."""
+    curves = {}
+    for trial in trials[:50]:
+        chart = charts.chart(principal, trial.id, trial.num_attempts, buckets=500)
+        names = list(chart["metrics"])
+        name = metric if metric in chart["metrics"] else (names[0] if names else None)
+        if name is not None:
+            curves[f"trial {trial.id}"] = chart["metrics"][name]
+    return curves
 
 
 def experiment_update(
@@ -67,6 +86,7 @@ def experiment_update(
     rows = templates.get_template("_trials.html").render(**context)
     return {
         "state": context["experiment"].state.value,
+        "actions": list(context["actions"]),
         "trials_html": rows,
         "parcoords": context["parcoords"],
         "best_so_far": context["best_so_far"],

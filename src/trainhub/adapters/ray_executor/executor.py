@@ -173,6 +173,7 @@ class RayExecutor:
                         # reserve; the bundles ask for memory_gb_per_worker of it, in GiB
                         total_memory_gb=float(total.get("memory", 0.0)) / _GiB,
                         free_memory_gb=float(free.get("memory", 0.0)) / _GiB,
+                        hostname=info.get("NodeManagerHostname") or None,
                     )
                 )
             return nodes
@@ -250,6 +251,7 @@ class RayExecutor:
             checkpoint_root=self._checkpoint_root,
             data_dir=self._data_dir,
             denied=self._denied,
+            environment_dir=launch.environment_dir,
         )
         return _RankWorkerActor.options(
             name=actor_name(launch.attempt_key, rank),

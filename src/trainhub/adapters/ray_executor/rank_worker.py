@@ -99,6 +99,7 @@ class RankSpec:
     checkpoint_root: str | None = None  # storage root folder for TRAINHUB_CHECKPOINT_DIR
     data_dir: str | None = None  # datasets, mounted read-only
     denied: tuple[str, ...] = ()  # paths never mounted into a sandbox (control plane state)
+    environment_dir: str | None = None  # the trial's venv over the base (read-only; ADR 0026)
 
 
 @dataclass(frozen=True)
@@ -284,6 +285,8 @@ class RankWorker:
         )
         if os.environ.get("PYTHONPATH"):  # part of the node's Python environment
             computed["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        if spec.environment_dir:
+            computed.update(sandbox.environment_variables(spec.environment_dir, computed))
         if spec.data_dir:
             computed[DATA_ENV] = spec.data_dir
         env = sandbox.rank_environment(launch=spec.env, node=os.environ, computed=computed)
@@ -305,6 +308,8 @@ class RankWorker:
         mounts = [sandbox.Mount(p, p) for p in sandbox.safe_mounts(python, denied)]
         if spec.data_dir and os.path.isdir(spec.data_dir):
             mounts.append(sandbox.Mount(spec.data_dir, spec.data_dir))
+        if spec.environment_dir:  # read-only: written by the platform only, never by a trial
+            mounts.append(sandbox.Mount(spec.environment_dir, spec.environment_dir))
         mounts += [
             sandbox.Mount(str(code_dir), paths["code"]),
             sandbox.Mount(str(spool), paths["spool"], writable=True),

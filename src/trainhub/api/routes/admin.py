@@ -126,8 +126,9 @@ def revoke_token(services: ServicesDep, principal: CurrentPrincipal, token_id: T
 def cluster(services: ServicesDep, principal: CurrentPrincipal) -> ClusterPublic:
     require_user(principal)
     nodes = services.cluster_nodes()
+    agents = services.monitoring.inventories() if services.monitoring is not None else {}
     return ClusterPublic(
-        nodes=[NodePublic.of(n) for n in nodes],
+        nodes=[NodePublic.of(n, agents.get(n.node_id)) for n in nodes],
         total_gpus=sum(n.total_gpus for n in nodes),
         total_cpus=sum(n.total_cpus for n in nodes),
         sandbox=services.sandbox,

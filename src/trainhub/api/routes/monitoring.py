@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
@@ -45,7 +46,12 @@ class NodePublic(BaseModel):
     last_seen: float | None
     cpu_model: str | None = None
     num_cores: int | None = None
-    memory_gb: float | None = None
+    memory_gb: float | None = Field(None, description="Host memory (GiB), as its agent reads it")
+    reservable_memory_gb: float | None = Field(
+        None,
+        description="What trials may reserve of it (GiB): Ray's `memory` resource, the memory "
+        "free when Ray started on the node less its object store; `trainhub cluster` shows it",
+    )
     nics: list[dict[str, str]] = Field(default_factory=list)
     gpu_inventory: list[dict[str, str]] = Field(default_factory=list)
     cpu_pct: float | None = None
@@ -139,7 +145,12 @@ def _known(services: Services) -> list[str]:
 def list_nodes(services: ServicesDep, principal: CurrentPrincipal) -> NodesPublic:
     """Every node: hardware, health, admin controls and the latest sample of its agent. The
     trials on each GPU are shown to admins, and to others only where the trial is theirs."""
-    nodes = [NodePublic.of(n) for n in _monitoring(services).nodes(_known(services))]
+    monitoring = _monitoring(services)
+    known = services.cluster_nodes()
+    nodes = [NodePublic.of(n) for n in monitoring.nodes(n.node_id for n in known)]
+    reservable = {n.node_id: n.total_memory_gb for n in known if math.isfinite(n.total_memory_gb)}
+    for node in nodes:
+        node.reservable_memory_gb = reservable.get(node.node_id)
     if not principal.is_admin:
         tenants = gather_cluster_metrics(services.uow, services.clock()).trial_tenants
         visible = {t for t, tenant in tenants.items() if tenant in principal.roles}

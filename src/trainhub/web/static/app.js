@@ -44,7 +44,7 @@ function drawChart(canvas, series, opts) {
   ctx.font = "11px system-ui"; ctx.fillStyle = "#6b7380"; ctx.strokeStyle = "#e3e6ea";
   canvas._geom = null;
   if (!isFinite(x0) || !isFinite(y0)) { ctx.fillText("no data yet", L, T + 20); canvas.dataset.drawn = String(performance.now()); return; }
-  if (x1 === x0) { x0 -= 0.5; x1 += 0.5; } if (y1 === y0) { y1 = y0 + 1; y0 = y0 - 1; }
+  if (x1 === x0) { x0 -= 0.5; x1 += 0.5; } if (y1 === y0) { const pad = Math.abs(y0) * 0.1 || 1; y1 = y0 + pad; y0 = y0 - pad; }
   if (opts.margin) { const dx = (x1 - x0) * 0.04, dy = (y1 - y0) * 0.06; x0 -= dx; x1 += dx; y0 -= dy; y1 += dy; }
   const sx = (x) => L + ((x - x0) / (x1 - x0)) * (w - L - R);
   const sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (h - T - B);
@@ -159,26 +159,53 @@ function attachZoom(canvas, onZoom, onReset) {
   canvas.addEventListener("dblclick", onReset);
 }
 
-// the trial page: one canvas per metric, zoom shared by all, logs of the chosen rank, its GPUs
+// which buttons the state allows (what ended offers none: they go)
+function applyActions(id, actions) {
+  const block = document.getElementById(id);
+  if (!block || !actions) return;
+  block.querySelectorAll("form[data-verb]").forEach((f) => {
+    if (!actions.length) f.remove(); else f.hidden = !actions.includes(f.dataset.verb);
+  });
+  if (!block.children.length) block.remove();
+}
+
+// the trial page: one canvas per metric in a grid, the script's own metrics first and what the
+// runtime reports by itself (step timing, communication, layer statistics) folded under
+// "system"; zoom shared by all, logs of the chosen rank, its GPUs
 function trialPage(root) {
   let last = null, zoom = null, zoomed = null, fetching = 0;
   const canvases = {};
   const reset = document.getElementById("zoom-reset");
+  const prefixes = JSON.parse(root.dataset.systemPrefixes || "[]");
+  const userGrid = document.getElementById("metric-charts") || root;
+  const system = document.getElementById("system-charts");
+  const systemGrid = system ? system.querySelector(".chart-grid") : root;
+  const isSystem = (name) => prefixes.some((p) => name.startsWith(p));
   function render() {
     if (!last) return;
     const data = zoom && zoomed ? zoomed : last;
-    for (const name of Object.keys(last.metrics)) {
+    const names = Object.keys(last.metrics);
+    for (const name of names) {
       if (!canvases[name]) {
+        const cell = document.createElement("div"); cell.className = "chart-cell";
         const title = document.createElement("div"); title.className = "chart-title"; title.textContent = name;
         const c = document.createElement("canvas"); c.className = "chart"; c.dataset.metric = name;
-        root.append(title, c); canvases[name] = c;
+        cell.append(title, c);
+        (isSystem(name) ? systemGrid : userGrid).append(cell);
+        canvases[name] = c;
         c._redraw = () => draw(name);
         attachZoom(c, setZoom, () => setZoom(null));
       }
       draw(name);
     }
+    if (system) {
+      const n = names.filter(isSystem).length;
+      system.hidden = n === 0;
+      system.querySelector(".count").textContent = String(n);
+    }
     const p = document.getElementById("points"); if (p) p.textContent = last.points + " points";
     const st = document.getElementById("trial-state"); if (st && last.state) st.textContent = last.state;
+    applyActions("trial-actions", last.actions);
     root.dataset.zoom = zoom ? zoom.map((v) => Math.round(v)).join(",") : "";
     if (reset) reset.hidden = !zoom;
     root.dataset.ready = "1";
@@ -187,6 +214,12 @@ function trialPage(root) {
       drawChart(canvases[name], [{ name, x: s.x, y: s.y }], { ...chartOptions(), xRange: zoom });
     }
   }
+  // drawn while folded, a chart has no width: again when shown, or the window resizes
+  if (system) system.addEventListener("toggle", render);
+  window.addEventListener("resize", render);
+  // first paint from the data in the page; the live stream follows with what arrives
+  const seed = document.getElementById("chart-data");
+  if (seed) { last = JSON.parse(seed.textContent); render(); }
   async function fetchZoom() {
     if (!zoom) return;
     const ticket = ++fetching;
@@ -236,7 +269,8 @@ function swap(id, html) {
 }
 
 function curves(canvas) {
-  let last = null;
+  const seed = document.getElementById("curves-data");
+  let last = seed ? JSON.parse(seed.textContent) : null;
   function render() {
     if (!last) return;
     const series = Object.entries(last.series).map(([name, s]) => ({ name, x: s.x, y: s.y }));
@@ -246,7 +280,7 @@ function curves(canvas) {
     try { last = await getJSON(canvas.dataset.src); render(); } catch (e) { console.warn(e); }
   }
   document.querySelectorAll(".logscale").forEach((el) => el.addEventListener("input", render));
-  refresh();
+  if (last) render(); else refresh();  // first paint from the data in the page
   setInterval(refresh, 10 * POLL_MS);  // metrics that change no trial's best value
   return refresh;
 }
@@ -318,6 +352,7 @@ function experimentPage(anchor) {
   live(anchor.dataset.live, {
     experiment: (body) => {
       const st = document.getElementById("experiment-state"); if (st) st.textContent = body.state;
+      applyActions("experiment-actions", body.actions);
       if (table) { table.tBodies[0].innerHTML = body.trials_html; table.dataset.updated = String(Date.now()); }
       if (pc) { pc.dataset.chart = JSON.stringify(body.parcoords); drawParcoords(pc, body.parcoords); }
       if (bsf && body.best_so_far) drawBestSoFar(bsf, body.best_so_far);

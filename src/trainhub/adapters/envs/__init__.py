@@ -1,0 +1,1 @@
+"""Builders of trial environments (the port is ``trainhub.service.environments``)."""
