@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.service.search_rig import Rig, build_rig
-from trainhub.core.states import TrialState
+from trainhub.core.states import ExperimentState, TrialState
 
 ASHA = """
 name: asha
@@ -78,6 +78,15 @@ def test_a_typo_of_the_metric_fails_the_trial_that_requires_it(rig: Rig) -> None
     trial = rig.experiments.get_trial(rig.admin, trial_id).trial
     assert trial.state == TrialState.FAILED
     assert trial.message == reason
+    # the same script fails every trial: the search makes no more, and ends with its last
+    for other in rig.executor.running():
+        rig.executor.exit(other, 0)
+    for _ in range(3):
+        rig.tick()
+    detail = rig.experiments.get(rig.admin, experiment_id)
+    assert len(detail.trials) == 3  # of max_trials: 6
+    assert all(t.state.is_terminal for t in detail.trials)
+    assert detail.experiment.state != ExperimentState.ACTIVE
 
 
 def test_a_trial_that_ends_without_the_metric_fails_unless_it_is_optional(rig: Rig) -> None:

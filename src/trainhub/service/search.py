@@ -366,6 +366,8 @@ class SearchService:
     # ---------------------------------------------------------------- making trials
     def _fill(self, view: _View, study: StudyConfig, report: SearchTickReport) -> None:
         search = view.search
+        if _metric_missing(view):
+            return  # every trial runs the same script: more would fail the same way
         live = sum(1 for t in view.trials.values() if not t.state.is_terminal)
         made = len(view.links)
         if view.spec.searcher.kind == "pbt":
@@ -571,7 +573,8 @@ class SearchService:
         exhausted = view.spec.searcher.kind == "search" and self.backend.is_exhausted(study)
         pbt_done = view.spec.searcher.kind == "pbt" and len(view.links) > 0
         canceled = view.experiment_state == ExperimentState.CANCELED
-        if search.state == SearchState.RUNNING and not (spent or exhausted or pbt_done or canceled):
+        ended = spent or exhausted or pbt_done or canceled or _metric_missing(view)
+        if search.state == SearchState.RUNNING and not ended:
             return
         if search.state == SearchState.PAUSED and not canceled:
             return
@@ -619,6 +622,11 @@ class SearchService:
                 return None
             owner = tx.repo.get_trial(checkpoint.trial_id)
             return source if owner is not None and owner.tenant == trial.tenant else None
+
+
+def _metric_missing(view: _View) -> bool:
+    """A trial failed for not reporting the searcher's metric (``require_metric``)."""
+    return any(link.stop_intent == StopIntent.FAIL for link in view.links.values())
 
 
 def _parsed_mutations(raw: dict[str, Any]) -> tuple[Distribution, ...]:
