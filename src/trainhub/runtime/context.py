@@ -580,8 +580,9 @@ class Context:
         replies to rank 0's metric reports (and on a background poll every few seconds), so the
         call does not wait on the network, with one exception: in a search, the first call after
         a ``report()`` of the searcher's metric sends that report now and waits for its reply
-        (a few milliseconds; at most ``stop_check_timeout_s``), so a prune decided on that value
-        stops the trial at this step, not one epoch later.
+        (a few milliseconds; at most ``stop_check_timeout_s``, and not at all while the control
+        plane is unreachable), so a prune decided on that value stops the trial at this step,
+        not one epoch later.
         Once True it stays True; :attr:`stop_reason` says why. Standalone: always False.
 
         Example:
@@ -595,7 +596,9 @@ class Context:
         if self._poller is not None:
             if self._stop_check_due:
                 self._stop_check_due = False
-                self._metrics.flush(self._options.stop_check_timeout_s)
+                # while the control plane is away, training does not wait on it
+                if self._metrics.reachable:
+                    self._metrics.flush(self._options.stop_check_timeout_s)
             signal_now = self._poller.current()
             local_stop, reason = signal_now.should_stop, signal_now.reason
         if self.managed and self.world_size > 1:

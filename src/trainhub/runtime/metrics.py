@@ -30,6 +30,7 @@ from trainhub.runtime.transport import (
     ControlPlaneClient,
     ControlPlaneError,
     DeadlineExceeded,
+    TransientError,
     Waker,
     retry_transient,
 )
@@ -116,6 +117,11 @@ class BaseMetricsSink(ABC):
 
     def flush(self, timeout_s: float) -> bool:
         """Send what is pending now and wait for it; True if all got through in time."""
+        return True
+
+    @property
+    def reachable(self) -> bool:
+        """False while the last try to send failed (the control plane is away)."""
         return True
 
 
@@ -207,6 +213,7 @@ class RemoteMetricsSink(BaseMetricsSink):
         self._closing = False
         self._num_lost = 0
         self._nonfinite_warned: set[str] = set()
+        self._reachable = True
         self._waker = Waker()
         self._thread = threading.Thread(target=self._run, name="trainhub-metrics", daemon=True)
         self._thread.start()
@@ -252,6 +259,10 @@ class RemoteMetricsSink(BaseMetricsSink):
                 return self._cond.wait_for(lambda: not self._has_pending(), timeout=timeout_s)
             finally:
                 self._flush_requests -= 1
+
+    @property
+    def reachable(self) -> bool:
+        return self._reachable
 
     def begin_close(self, timeout_s: float) -> None:
         with self._cond:
@@ -318,7 +329,12 @@ class RemoteMetricsSink(BaseMetricsSink):
                     batch: protocol.MetricsBatch = {"attempt": self._attempt, "points": points}
                     if progress is not None and version != self._sent_progress_version:
                         batch["progress"] = progress
-                    answer = client.post_metrics(batch, budget_s)
+                    try:
+                        answer = client.post_metrics(batch, budget_s)
+                    except TransientError:
+                        self._reachable = False
+                        raise
+                    self._reachable = True
                     if answer is not None and self._on_signals is not None:
                         self._on_signals(answer)
                     self._acknowledge(len(points), version)
