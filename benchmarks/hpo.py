@@ -9,6 +9,14 @@ All arms run in one invocation and print JSON lines (keys as issue 9 names them)
   storage in SQLite. ``best_accuracy`` is the best validation accuracy any trial reached;
   ``trial_epochs`` the epochs trained in all. The ratios compare with random search without
   pruning in the same run (target: tpe+asha within 0.5 points with at most 0.35x the epochs).
+- ``hpo_efficiency`` arm ``tpe+asha-served`` (``--only served``): the same MLP and space, but
+  TPE+ASHA through the whole system: a control plane process (SQLite), the local Ray, and
+  ``--served-trials`` real trial processes (``--served-concurrency`` at once) that train one
+  epoch per ``--epoch-s`` seconds (padded with a sleep), report ``val_accuracy`` and stop on
+  ``ctx.should_stop()``. ``trial_epochs`` counts the epochs the trials reported;
+  ``epochs_vs_unpruned`` divides it by the epochs the same trials train unpruned (each runs all
+  ``MAX_EPOCHS``: the script has no other way to end), target <= 0.5: it measures how soon a
+  prune decided by the server stops a real trial (issue 31).
 - ``hpo_overhead``: ``--overhead-trials`` trials of a short script (10 reports each) through
   the whole system (a control plane process, SQLite, the local Ray): trials finished per
   minute; and the backend's ask and prune-decision p99 with ``--history`` finished trials in
@@ -21,6 +29,7 @@ All arms run in one invocation and print JSON lines (keys as issue 9 names them)
 
     HOME=$(mktemp -d) .venv/bin/python benchmarks/hpo.py [--trials 32] [--overhead-trials 200]
     HOME=$(mktemp -d) .venv/bin/python benchmarks/hpo.py --only ingestion [--db postgresql://...]
+    HOME=$(mktemp -d) .venv/bin/python benchmarks/hpo.py --only served [--served-trials 14]
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 import sys
 import tempfile
@@ -276,6 +286,124 @@ max_restarts: 0
     return done / (elapsed / 60.0), done
 
 
+SERVED_SCRIPT = """
+import time
+
+import torch
+from torch import nn
+
+import trainhub
+from trainhub.data.digits import load_digits
+
+ctx = trainhub.init()
+hp = ctx.hparams
+torch.manual_seed(hp["seed"])
+torch.set_num_threads(1)
+splits = load_digits(val_fraction=0.2, seed=0)
+train_x, train_y = splits.train.tensors
+val_x, val_y = splits.val.tensors
+train_x, val_x = train_x.flatten(1), val_x.flatten(1)
+model = nn.Sequential(nn.Linear(64, hp["hidden"]), nn.ReLU(), nn.Linear(hp["hidden"], 10))
+optimizer = torch.optim.SGD(
+    model.parameters(), lr=hp["lr"], momentum=hp["momentum"], weight_decay=hp["weight_decay"]
+)
+for epoch in range(1, hp["epochs"] + 1):
+    began = time.monotonic()
+    model.train()
+    order = torch.randperm(len(train_x))
+    for start in range(0, len(train_x), hp["batch_size"]):
+        index = order[start : start + hp["batch_size"]]
+        loss = nn.functional.cross_entropy(model(train_x[index]), train_y[index])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        acc = float((model(val_x).argmax(1) == val_y).float().mean())
+    time.sleep(max(0.0, hp["epoch_s"] - (time.monotonic() - began)))  # a 1-second epoch
+    ctx.report(step=epoch, val_accuracy=acc if acc == acc else 0.0)
+    if ctx.should_stop():
+        break
+ctx.close()
+"""
+
+
+def served_arm(trials: int, concurrency: int, epoch_s: float, seed: int, root: Path) -> dict:
+    """TPE+ASHA through a control plane and real trials (see the module docstring)."""
+    from tests.fixtures.control_plane import ControlPlaneProcess
+
+    from trainhub.adapters.ray_executor import ensure_local_ray, stop_local_ray
+
+    workload = root / "served"
+    workload.mkdir()
+    (workload / "train.py").write_text(SERVED_SCRIPT)
+    spec = f"""
+name: hpo-served
+entrypoint: python train.py
+resources: {{cpus_per_worker: 1}}
+hyperparameters:
+  lr: {{type: float, low: 1.0e-4, high: 1.0, log: true}}
+  hidden: {{type: int, low: 8, high: 256, log: true}}
+  weight_decay: {{type: float, low: 1.0e-6, high: 1.0e-1, log: true}}
+  batch_size: {{type: categorical, choices: [16, 32, 64, 128, 256]}}
+  momentum: {{type: float, low: 0.0, high: 0.99}}
+  epochs: {MAX_EPOCHS}
+  epoch_s: {epoch_s}
+  seed: {seed}
+searcher: {{sampler: tpe, pruner: asha, metric: val_accuracy, mode: max, max_trials: {trials},
+           max_concurrent_trials: {concurrency}, budget: {{min: 1, max: {MAX_EPOCHS}}},
+           reduction_factor: 3, seed: {seed}}}
+max_restarts: 0
+"""
+    address = ensure_local_ray(root / "ray-served", num_cpus=max(2, concurrency))
+    (root / "plane-served").mkdir()
+    plane = ControlPlaneProcess(root / "plane-served", address)
+    plane.start()
+    try:
+        began = time.time()
+        experiment_id = plane.submit(spec, workload)["id"]
+        while True:
+            body = plane.request("GET", f"/experiments/{experiment_id}").json()
+            if body["state"] != "ACTIVE":
+                break
+            time.sleep(1.0)
+        wall_s = time.time() - began
+        epochs, best, past = [], 0.0, []
+        for trial in body["trials"]:
+            points = plane.metrics(trial["id"])
+            steps = [p["step"] for p in points]
+            epochs.append(max(steps) if steps else 0)
+            best = max([best] + [p["values"].get("val_accuracy", 0.0) for p in points])
+            if trial["state"] == "PRUNED":
+                detail = plane.trial(trial["id"])
+                said = [e["message"] for e in detail["events"] if e["kind"] == "prune"]
+                found = re.search(r"at step (\d+)", said[0]) if said else None
+                if found and steps:
+                    past.append(max(steps) - int(found.group(1)))
+        states = [t["state"] for t in body["trials"]]
+    finally:
+        plane.stop()
+        stop_local_ray(root / "ray-served")
+    spent = sum(epochs)
+    return {
+        "benchmark": "hpo_efficiency",
+        "arm": "tpe+asha-served",
+        "trial_epochs": spent,
+        "unpruned_epochs": len(epochs) * MAX_EPOCHS,
+        "epochs_vs_unpruned": round(spent / (len(epochs) * MAX_EPOCHS), 3),
+        "best_accuracy": round(best, 4),
+        "trials": len(epochs),
+        "pruned": states.count("PRUNED"),
+        "completed": states.count("COMPLETED"),
+        "failed": states.count("FAILED"),
+        "epochs_past_prune_max": max(past) if past else None,
+        "epoch_s": epoch_s,
+        "concurrency": concurrency,
+        "wall_s": round(wall_s, 1),
+        "target": {"epochs_vs_unpruned": "<= 0.5"},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=32)
@@ -287,7 +415,10 @@ def main() -> None:
     parser.add_argument(
         "--db", default=None, help="ingestion's database: postgresql://USER@HOST/DB"
     )
-    parts = ["efficiency", "overhead", "ingestion"]
+    parser.add_argument("--served-trials", type=int, default=14)
+    parser.add_argument("--served-concurrency", type=int, default=3)
+    parser.add_argument("--epoch-s", type=float, default=1.0)
+    parts = ["efficiency", "overhead", "ingestion", "served"]
     parser.add_argument("--skip", nargs="*", default=[], choices=parts)
     parser.add_argument("--only", choices=parts, help="run only this part")
     args = parser.parse_args()
@@ -327,6 +458,11 @@ def main() -> None:
                 ),
                 flush=True,
             )
+        if "served" not in args.skip:
+            line = served_arm(
+                args.served_trials, args.served_concurrency, args.epoch_s, args.seed, root
+            )
+            print(json.dumps(line), flush=True)
         if "ingestion" not in args.skip:
             from ingestion import run as run_ingestion  # benchmarks/ingestion.py
 

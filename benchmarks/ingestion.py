@@ -6,7 +6,7 @@ request guard; SQLite in a fresh home, or ``--db postgresql://...``). Each repor
 runtime in its own process: attempt 1 running, its own trial-scoped token, and the runtime's
 own client (``runtime.transport.ControlPlaneClient.post_metrics``) posting ``batches`` batches
 of ``points_per_batch`` points. The reporters start together once all of them are ready; the
-rate is the points stored (204) over the time from that start to the last reporter's end.
+rate is the points stored (acknowledged) over the time from that start to the last reporter's end.
 After the run the rows are counted: ``rows_stored`` must equal ``points_sent``, and a refused
 batch is counted (``refused_batches``) and printed. ``server_cpu_s`` is the CPU the server's
 processes used during the run (``points_per_server_cpu_s``: what one core of the server

@@ -260,6 +260,8 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
     )
     registry = RegistryService(uow, SqlModelStore(engine), store, clock)
+    tracking = TrackingService(uow, store, clock)
+    tracking.observe_search = search.observe_trial  # a prune rides on the report's reply
     experiments.resolve_model = registry.pin_sources
     experiments.check_environment = environments.check_request
     datasets = DatasetService(

@@ -20,15 +20,15 @@ def test_alerts_are_raised_from_layer_metrics_and_kept_with_first_and_last_step(
         {"step": 10, "values": {**healthy, "layers/fc2/grad_norm": 4e4}},
         {"step": 20, "values": {**healthy, "layers/fc2/grad_norm": 5e4}},
     ]
-    assert api.client.post(url, json={"points": points}, headers=own).status_code == 204
+    assert api.client.post(url, json={"points": points}, headers=own).status_code == 200
     nan = {"layers/fc1/nonfinite": 1.0, "loss": 2.0}
     # a retried batch adds nothing
     for _ in range(2):
         r = api.client.post(url, json={"points": [{"step": 30, "values": nan}]}, headers=own)
-        assert r.status_code == 204
+        assert r.status_code == 200
     # by the next sample NaN is everywhere: the alert keeps the layer where it appeared first
     later = {"points": [{"step": 40, "values": {"layers/fc0/nonfinite": 1.0}}]}
-    assert api.client.post(url, json=later, headers=own).status_code == 204
+    assert api.client.post(url, json=later, headers=own).status_code == 200
 
     r = api.client.get(f"/api/v1/trials/{trial_id}/alerts", headers=api.headers(alice))
     assert r.status_code == 200, r.text
@@ -64,7 +64,7 @@ def test_a_trial_without_layer_metrics_has_no_alerts(api: Api) -> None:
         json={"points": [{"step": 1, "values": {"loss": 1e9, "grad_norm": 1e9}}]},
         headers=own,
     )
-    assert r.status_code == 204
+    assert r.status_code == 200
     r = api.client.get(f"/api/v1/trials/{trial_id}/alerts", headers=api.headers(alice))
     assert r.json() == {"data": [], "count": 0}
     missing = api.client.get("/api/v1/trials/999/alerts", headers=api.headers(alice))

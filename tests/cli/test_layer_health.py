@@ -22,7 +22,7 @@ def test_show_prints_the_layer_table_and_the_alerts(cli: Cli, live: LiveServer) 
         json={"points": [{"step": 40, "values": values}]},
         headers=own,
     )
-    assert r.status_code == 204, r.text
+    assert r.status_code == 200, r.text
     result = cli("show", "--trial", str(trial_id))
     assert result.exit_code == 0, result.output
     out = result.stdout

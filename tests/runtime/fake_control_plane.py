@@ -185,7 +185,8 @@ def _handler_for(plane: FakeControlPlane) -> type[BaseHTTPRequestHandler]:
                     return
                 with plane.lock:
                     plane.metric_batches.append(json.loads(body))
-                self._reply(204)
+                    answer = dict(plane.signals)
+                self._reply(200, answer)  # the stop rides on the reply, as the real one does
             elif _CHECKPOINTS.match(parsed.path):
                 if self._refuse("checkpoints"):
                     return

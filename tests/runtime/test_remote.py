@@ -247,6 +247,60 @@ def test_should_stop_reads_a_cached_answer(managed_env: FakeControlPlane) -> Non
     assert managed_env.signal_gets == 1
 
 
+def test_a_stop_on_the_reply_to_a_report_of_the_searcher_metric_is_seen_at_once(
+    managed_env: FakeControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the heartbeat is far away and batches wait long: only the reply can bring the stop
+    monkeypatch.setenv("TRAINHUB_SEARCHER_METRIC", "val_accuracy")
+    ctx = trainhub.init(options=FAST.replace(signals_poll_s=60.0, metrics_batch_s=60.0))
+    assert ctx.should_stop() is False
+    ctx.report(step=0, train_loss=0.9)  # not the searcher's metric: no wait
+    assert ctx.should_stop() is False
+    assert managed_env.metric_batches == []
+    with managed_env.lock:
+        managed_env.signals = {"should_stop": True, "reason": "pruned by the asha pruner"}
+    ctx.report(step=1, val_accuracy=0.5)
+    assert ctx.should_stop() is True  # the report went out and its reply said stop
+    assert ctx.stop_reason == "pruned by the asha pruner"
+    assert [p["step"] for p in managed_env.points()] == [0, 1]
+    assert managed_env.signal_gets == 1  # the first check only; the stop came on the reply
+
+
+def test_should_stop_waits_for_a_reply_once_while_the_control_plane_is_away(
+    managed_env: FakeControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAINHUB_SEARCHER_METRIC", "val_accuracy")
+    ctx = trainhub.init(options=FAST.replace(signals_poll_s=60.0, stop_check_timeout_s=1.0))
+    assert ctx.should_stop() is False
+    managed_env.stop()
+    waits = []
+    for step in range(3):
+        ctx.report(step=step, val_accuracy=0.5)
+        began = time.monotonic()
+        assert ctx.should_stop() is False
+        waits.append(time.monotonic() - began)
+    assert waits[0] >= 0.9  # it waited for the reply, up to the timeout
+    assert max(waits[1:]) < 0.5  # then training does not wait on an absent control plane
+    managed_env.start()
+    assert ctx.flush(timeout_s=20)  # back: the sender delivers what waited
+    with managed_env.lock:
+        managed_env.signals = {"should_stop": True, "reason": "pruned"}
+    ctx.report(step=3, val_accuracy=0.1)
+    assert ctx.should_stop() is True  # and should_stop() waits for replies again
+    assert [p["step"] for p in managed_env.points()] == [0, 1, 2, 3]
+
+
+def test_a_stop_rides_on_any_metrics_reply(managed_env: FakeControlPlane) -> None:
+    ctx = trainhub.init(options=FAST.replace(signals_poll_s=60.0))
+    assert ctx.should_stop() is False
+    with managed_env.lock:
+        managed_env.signals = {"should_stop": True, "reason": "preempted"}
+    ctx.report(step=1, loss=0.5)
+    assert ctx.flush(timeout_s=5)
+    assert ctx.should_stop() is True
+    assert managed_env.signal_gets == 1
+
+
 def test_a_wrong_token_is_not_retried(
     managed_env: FakeControlPlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -343,6 +343,7 @@ def test_a_search_stays_active_between_its_trials(rig: Rig) -> None:
     rig.tick()
     rig.tick()
     (trial,) = trials_of(rig, experiment_id)
+    rig.tracking.record_metrics(rig.admin, trial.id, 1, [(9, {"acc": 0.5})])
     rig.executor.exit(trial.id, 0)
     rig.loop.hooks = None  # the loop ends the trial; the search tick has not run yet
     rig.tick()

@@ -59,7 +59,7 @@ def test_sort_by_best_and_filter_by_user_on_the_page(browser: Any, site: Site) -
     h = start_attempt(api, trials["y-low"], 2)
     body = {"attempt": 2, "points": [{"step": 5, "values": {"val_accuracy": 0.7}}]}
     r = api.client.post(f"/api/v1/trials/{trials['y-low']}/metrics", json=body, headers=h)
-    assert r.status_code == 204, r.text
+    assert r.status_code == 200, r.text
     page.wait_for_function(
         "document.querySelector('#experiments tbody tr td:nth-child(2)')?.innerText === 'y-low'",
         timeout=10_000,

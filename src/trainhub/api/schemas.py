@@ -14,6 +14,7 @@ from trainhub.core.resources import Node
 from trainhub.core.states import ExperimentState, TrialState
 from trainhub.service import records
 from trainhub.service.experiments import ExperimentDetail, TrialDetail
+from trainhub.service.metric_warnings import experiment_metric_warnings, trial_metric_warning
 from trainhub.service.monitoring import NodeInventory
 from trainhub.service.tracking import LogChunk, StorageQuota
 
@@ -80,9 +81,13 @@ class TrialPublic(BaseModel):
     message: str | None
     stop_requested: str | None
     queue_position: int | None = None
+    warnings: list[str] = Field(
+        default=[], description="What may be wrong, e.g. a searcher metric it does not report."
+    )
 
     @classmethod
-    def of(cls, t: records.Trial) -> TrialPublic:
+    def of(cls, t: records.Trial, spec: dict[str, Any] | None = None) -> TrialPublic:
+        warning = trial_metric_warning(spec, t) if spec is not None else None
         return cls(
             id=t.id,
             experiment_id=t.experiment_id,
@@ -101,17 +106,27 @@ class TrialPublic(BaseModel):
             message=t.message,
             stop_requested=t.stop_reason if t.cancel_requested or t.stop_reason else None,
             queue_position=t.queue_position,
+            warnings=[warning] if warning else [],
         )
 
 
 class ExperimentDetailPublic(ExperimentPublic):
     spec: dict[str, Any]
     trials: list[TrialPublic]
+    warnings: list[str] = Field(
+        default=[], description="What may be wrong, e.g. a searcher metric no trial reports."
+    )
 
     @classmethod
     def of_detail(cls, d: ExperimentDetail) -> ExperimentDetailPublic:
         base = ExperimentPublic.of(d.experiment).model_dump()
-        return cls(**base, spec=d.experiment.spec, trials=[TrialPublic.of(t) for t in d.trials])
+        spec = d.experiment.spec
+        return cls(
+            **base,
+            spec=spec,
+            trials=[TrialPublic.of(t, spec) for t in d.trials],
+            warnings=experiment_metric_warnings(spec, d.trials),
+        )
 
 
 class ExperimentsPublic(BaseModel):
@@ -217,7 +232,7 @@ class TrialDetailPublic(TrialPublic):
     @classmethod
     def of_detail(cls, d: TrialDetail) -> TrialDetailPublic:
         return cls(
-            **TrialPublic.of(d.trial).model_dump(),
+            **TrialPublic.of(d.trial, d.experiment.spec).model_dump(),
             experiment_name=d.experiment.name,
             attempts=[AttemptPublic.of(a) for a in d.attempts],
             checkpoints=[CheckpointPublic.of(c) for c in d.checkpoints],

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trainhub.api.schemas import ExperimentPublic, TrialPublic
 from trainhub.core.limits import INT64_MAX, MAX_FILTERED_SAMPLES
 from trainhub.core.states import TrialState
+from trainhub.service.metric_warnings import experiment_metric_warnings
 from trainhub.service.search_ports import SearchState, SpecTemplate
 from trainhub.service.steering import SearchProgress, TrialResult
 
@@ -66,7 +67,7 @@ class TrialResultPublic(BaseModel):
     trial: TrialPublic
 
     @classmethod
-    def of(cls, r: TrialResult) -> TrialResultPublic:
+    def of(cls, r: TrialResult, spec: dict[str, Any] | None = None) -> TrialResultPublic:
         return cls(
             id=r.trial.id,
             state=r.trial.state,
@@ -75,7 +76,7 @@ class TrialResultPublic(BaseModel):
             epochs=r.steps,
             stop_detail=r.stop_detail,
             parent_trial_id=r.parent_trial_id,
-            trial=TrialPublic.of(r.trial),
+            trial=TrialPublic.of(r.trial, spec),
         )
 
 
@@ -91,9 +92,14 @@ class SearchProgressPublic(BaseModel):
     best: TrialResultPublic | None
     data: list[TrialResultPublic] = Field(description="Trials, best first.")
     count: int
+    warnings: list[str] = Field(
+        default=[], description="What may be wrong, e.g. a searcher metric no trial reports."
+    )
 
     @classmethod
     def of(cls, p: SearchProgress) -> SearchProgressPublic:
+        spec = p.experiment.spec
+        trials = [r.trial for r in p.results]
         return cls(
             experiment=ExperimentPublic.of(p.experiment),
             searcher=str(p.experiment.spec.get("searcher", {}).get("name") or "")
@@ -105,8 +111,9 @@ class SearchProgressPublic(BaseModel):
             mode=p.mode,
             counts=p.counts,
             best=TrialResultPublic.of(p.best) if p.best else None,
-            data=[TrialResultPublic.of(r) for r in p.results],
+            data=[TrialResultPublic.of(r, spec) for r in p.results],
             count=len(p.results),
+            warnings=experiment_metric_warnings(spec, trials),
         )
 
 

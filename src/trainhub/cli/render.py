@@ -282,6 +282,8 @@ def experiment_view(e: JSON, now: float | None = None) -> RenderableType:
         )
     for item in spec.get("data") or []:  # pinned at submit: TENANT/NAME and its version
         pairs.append(("data", f"{item['name']}:{item['version']} at {item['mount']}"))
+    for warning in e.get("warnings") or []:
+        pairs.append(("warning", Text(warning, style="yellow")))
     parts: list[RenderableType] = [_fields(pairs)]
     trials = e.get("trials") or []
     if len(trials) > 1:
@@ -400,6 +402,8 @@ def trial_view(t: JSON, now: float | None = None) -> RenderableType:
         pairs.append(("message", Text(t["message"], style=style)))
     if t.get("stop_requested"):
         pairs.append(("stop requested", t["stop_requested"]))
+    for warning in t.get("warnings") or []:
+        pairs.append(("warning", Text(warning, style="yellow")))
     progress = progress_renderable(t.get("progress") or {})
     if progress is not None:
         pairs.append(("progress", progress))

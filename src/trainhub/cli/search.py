@@ -63,6 +63,8 @@ def trials(
         label = "same in every trial" if len(rows) > 1 else "hyperparameters"
         out.print(Text(f"{label}: " + ", ".join(f"{k}={fmt_value(v)}" for k, v in same)))
     out.print(trials_by_metric_table(progress, varying))
+    for warning in progress.get("warnings") or []:
+        out.print(Text(f"warning: {warning}", style="yellow"))
     if weights:
         out.print("importance: " + ", ".join(f"{k} {v:.2f}" for k, v in weights.items()))
 

@@ -80,6 +80,12 @@ class SearcherSpec(_Strict):
         description="Metric that ranks trials and checkpoints, e.g. val_accuracy.",
     )
     mode: Literal["max", "min"] = "max"
+    require_metric: bool | None = Field(
+        None,
+        description="Fail a trial that does not report the metric (a typo in its name, or a "
+        "trial that ends without it) instead of warning; default: true for searches and pbt, "
+        "false for a single trial.",
+    )
     sampler: SamplerName | None = Field(
         None, description="grid, random, tpe (default), cmaes or qmc (Optuna's samplers)."
     )
@@ -127,6 +133,13 @@ class SearcherSpec(_Strict):
         if self.name in (None, "single") and self.sampler is None and self.pruner is None:
             return "single"
         return "search"
+
+    @property
+    def requires_metric(self) -> bool:
+        """Whether a trial that does not report the metric fails (see ``require_metric``)."""
+        if self.require_metric is not None:
+            return self.require_metric and self.metric is not None
+        return self.kind != "single" and self.metric is not None
 
     @property
     def sampler_name(self) -> SamplerName:

@@ -159,6 +159,8 @@ class Context:
         self._batch_size: int | None = None
         self._optimizers: list[torch.optim.Optimizer] = []
         self._poller: SignalPoller | None = None
+        # a report held the searcher's metric: the next should_stop() waits for its reply
+        self._stop_check_due = False
         self._sample_tracker: SampleTracker | None = None
         self._spool_dir: Path | None = None  # node-local scratch of a managed attempt
         self._rank_profiler: RankProfiler | bool | None = False  # False: not looked up yet
@@ -192,6 +194,7 @@ class Context:
         spool = env.spool_dir or Path(tempfile.mkdtemp(prefix=f"trainhub-trial-{trial_id}-"))
         self._spool_dir = spool
         if self.is_chief:
+            poller = SignalPoller(client, poll_s=options.signals_poll_s)
             self._metrics = RemoteMetricsSink(
                 client,
                 attempt=env.attempt,
@@ -199,8 +202,9 @@ class Context:
                 batch_max_points=options.metrics_batch_max_points,
                 backoff=backoff(),
                 spill_path=spool / "undelivered-metrics.jsonl",
+                on_signals=poller.offer,
             )
-            self._poller = SignalPoller(client, poll_s=options.signals_poll_s)
+            self._poller = poller
         else:
             self._metrics = NullMetricsSink()
         self._checkpoints = RemoteCheckpointStore(
@@ -465,6 +469,8 @@ class Context:
                 "report() needs at least one metric, e.g. ctx.report(step=3, loss=0.1)"
             )
         self._metrics.add(make_point(step, coerce_metrics(metrics)))
+        if self._env.searcher_metric is not None and self._env.searcher_metric in metrics:
+            self._stop_check_due = True
 
     def set_progress(
         self, current: float, total: float | None = None, unit: str = "epochs"
@@ -570,8 +576,13 @@ class Context:
 
         A collective: with several ranks, every rank must call it at the same point (e.g. once
         per epoch or every N steps); rank 0's answer from the control plane is shared with an
-        all-reduce, so all ranks get the same answer at the same step. Rank 0 polls the control
-        plane every few seconds in the background, so the call does not wait on the network.
+        all-reduce, so all ranks get the same answer at the same step. Stop requests ride on the
+        replies to rank 0's metric reports (and on a background poll every few seconds), so the
+        call does not wait on the network, with one exception: in a search, the first call after
+        a ``report()`` of the searcher's metric sends that report now and waits for its reply
+        (a few milliseconds; at most ``stop_check_timeout_s``, and not at all while the control
+        plane is unreachable), so a prune decided on that value stops the trial at this step,
+        not one epoch later.
         Once True it stays True; :attr:`stop_reason` says why. Standalone: always False.
 
         Example:
@@ -583,6 +594,11 @@ class Context:
             return True
         local_stop, reason = False, None
         if self._poller is not None:
+            if self._stop_check_due:
+                self._stop_check_due = False
+                # while the control plane is away, training does not wait on it
+                if self._metrics.reachable:
+                    self._metrics.flush(self._options.stop_check_timeout_s)
             signal_now = self._poller.current()
             local_stop, reason = signal_now.should_stop, signal_now.reason
         if self.managed and self.world_size > 1:

@@ -33,6 +33,7 @@ class LaunchEnv:
         restore_checkpoint_id: Checkpoint to resume from, if any.
         distributed: The spec's ``distributed`` section, if any.
         spool_dir: Node-local scratch directory of this attempt, if the executor gave one.
+        searcher_metric: The searcher's metric of a search or PBT trial, if any.
     """
 
     rank: int = 0
@@ -48,6 +49,7 @@ class LaunchEnv:
     restore_checkpoint_id: int | None = None
     distributed: Mapping[str, Any] | None = None
     spool_dir: Path | None = None
+    searcher_metric: str | None = None
 
     @property
     def managed(self) -> bool:
@@ -83,6 +85,7 @@ class LaunchEnv:
             restore_checkpoint_id=_optional_int(env, protocol.ENV_RESTORE_CHECKPOINT),
             distributed=_json_object(env, protocol.ENV_DISTRIBUTED),
             spool_dir=Path(spool) if spool else None,
+            searcher_metric=env.get(protocol.ENV_SEARCHER_METRIC) or None,
         )
 
 

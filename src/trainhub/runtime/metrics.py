@@ -30,6 +30,7 @@ from trainhub.runtime.transport import (
     ControlPlaneClient,
     ControlPlaneError,
     DeadlineExceeded,
+    TransientError,
     Waker,
     retry_transient,
 )
@@ -118,6 +119,11 @@ class BaseMetricsSink(ABC):
         """Send what is pending now and wait for it; True if all got through in time."""
         return True
 
+    @property
+    def reachable(self) -> bool:
+        """False while the last try to send failed (the control plane is away)."""
+        return True
+
 
 class NullMetricsSink(BaseMetricsSink):
     """Ranks other than 0: reporting is a no-op."""
@@ -172,6 +178,9 @@ class RemoteMetricsSink(BaseMetricsSink):
         backoff: Spacing of retries while the control plane is away.
         spill_path: Where points still undelivered when ``close()`` gives up are written
             (JSON lines), so an outage longer than the flush timeout leaves a record.
+        on_signals: Receives the signals each reply carries (a stop rides on the reply to a
+            report), before the batch counts as delivered: a ``flush()`` that returned True
+            has handed them over.
     """
 
     def __init__(
@@ -183,8 +192,10 @@ class RemoteMetricsSink(BaseMetricsSink):
         batch_max_points: int,
         backoff: Backoff,
         spill_path: Path | None = None,
+        on_signals: Callable[[protocol.Signals], None] | None = None,
     ) -> None:
         self._client_factory = client_factory
+        self._on_signals = on_signals
         self._attempt = attempt
         self._batch_s = batch_s
         self._batch_max_points = min(batch_max_points, protocol.MAX_POINTS_PER_REQUEST)
@@ -202,6 +213,7 @@ class RemoteMetricsSink(BaseMetricsSink):
         self._closing = False
         self._num_lost = 0
         self._nonfinite_warned: set[str] = set()
+        self._reachable = True
         self._waker = Waker()
         self._thread = threading.Thread(target=self._run, name="trainhub-metrics", daemon=True)
         self._thread.start()
@@ -247,6 +259,10 @@ class RemoteMetricsSink(BaseMetricsSink):
                 return self._cond.wait_for(lambda: not self._has_pending(), timeout=timeout_s)
             finally:
                 self._flush_requests -= 1
+
+    @property
+    def reachable(self) -> bool:
+        return self._reachable
 
     def begin_close(self, timeout_s: float) -> None:
         with self._cond:
@@ -313,7 +329,14 @@ class RemoteMetricsSink(BaseMetricsSink):
                     batch: protocol.MetricsBatch = {"attempt": self._attempt, "points": points}
                     if progress is not None and version != self._sent_progress_version:
                         batch["progress"] = progress
-                    client.post_metrics(batch, budget_s)
+                    try:
+                        answer = client.post_metrics(batch, budget_s)
+                    except TransientError:
+                        self._reachable = False
+                        raise
+                    self._reachable = True
+                    if answer is not None and self._on_signals is not None:
+                        self._on_signals(answer)
                     self._acknowledge(len(points), version)
 
                 try:

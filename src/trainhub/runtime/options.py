@@ -30,6 +30,9 @@ class RuntimeOptions:
         metrics_batch_max_points: A batch is sent as soon as it holds this many points, and no
             request carries more.
         signals_poll_s: Rank 0 asks the control plane for signals (stop?) this often.
+        stop_check_timeout_s: After a report of the searcher's metric, rank 0's next
+            ``should_stop()`` waits at most this long for the reply to that report (which
+            carries the prune decided on it); then the last answer holds.
         request_timeout_s: Timeout of one HTTP request (checkpoint transfers: per read/write).
         retry_initial_s: First back-off after a failed request; doubles up to ``retry_max_s``.
         retry_max_s: Longest back-off between two tries.
@@ -43,6 +46,7 @@ class RuntimeOptions:
     metrics_batch_s: float = 1.0
     metrics_batch_max_points: int = 100
     signals_poll_s: float = 5.0
+    stop_check_timeout_s: float = 5.0
     request_timeout_s: float = 30.0
     retry_initial_s: float = 0.5
     retry_max_s: float = 15.0
@@ -55,6 +59,7 @@ class RuntimeOptions:
             "flush_timeout_s",
             "metrics_batch_s",
             "signals_poll_s",
+            "stop_check_timeout_s",
             "request_timeout_s",
             "retry_initial_s",
             "retry_max_s",
@@ -83,6 +88,7 @@ class RuntimeOptions:
             (protocol.ENV_FLUSH_TIMEOUT_S, "flush_timeout_s"),
             (protocol.ENV_METRICS_BATCH_S, "metrics_batch_s"),
             (protocol.ENV_SIGNALS_POLL_S, "signals_poll_s"),
+            (protocol.ENV_STOP_CHECK_TIMEOUT_S, "stop_check_timeout_s"),
         ):
             raw = env.get(var)
             if raw is None or raw == "":

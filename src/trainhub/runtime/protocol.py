@@ -26,6 +26,9 @@ ENV_MODEL = "TRAINHUB_MODEL"  # JSON of the spec's model section (init_from pinn
 # JSON {"drop": [sample ids], "relabel": {"id": label}} from `trainhub clone --drop-flagged`:
 # the runtime's data loaders leave out or relabel these samples (runtime/sample_filter.py)
 ENV_SAMPLE_FILTER = "TRAINHUB_SAMPLE_FILTER"
+# the searcher's metric of a search or PBT trial: after a report that holds it, rank 0's next
+# should_stop() waits (briefly) for the reply to that report, which carries the prune decision
+ENV_SEARCHER_METRIC = "TRAINHUB_SEARCHER_METRIC"
 
 # exit code of a rank that found the spec and the script at odds (a model.freeze pattern that
 # matches no layer, a shape mismatch outside model.reset, a distill hint naming no layer): another
@@ -36,6 +39,8 @@ EXIT_SPEC_REFUSED = 78
 ENV_FLUSH_TIMEOUT_S = "TRAINHUB_FLUSH_TIMEOUT_S"  # how long close() keeps retrying; default 600
 ENV_METRICS_BATCH_S = "TRAINHUB_METRICS_BATCH_S"  # how long points wait to form a batch; default 1
 ENV_SIGNALS_POLL_S = "TRAINHUB_SIGNALS_POLL_S"  # how often rank 0 asks for signals; default 5
+# how long should_stop() waits for the reply to a report of the searcher metric; default 5
+ENV_STOP_CHECK_TIMEOUT_S = "TRAINHUB_STOP_CHECK_TIMEOUT_S"
 
 API_PREFIX = "/api/v1"
 
@@ -50,7 +55,10 @@ MAX_SAMPLE_CLASSES = 10_000
 
 
 def metrics_path(trial_id: int) -> str:
-    """POST a :class:`MetricsBatch`; 204. Idempotent: a step reported again replaces values."""
+    """POST a :class:`MetricsBatch`; answers :class:`Signals` (200): a stop request (prune,
+    PBT replacement, pause, preemption, cancel) rides on the reply, and a prune the searcher
+    decides on the batch's values is decided before the reply. Idempotent: a step reported
+    again replaces values. (A 204 without a body, from an older server, says nothing.)"""
     return f"{API_PREFIX}/trials/{trial_id}/metrics"
 
 

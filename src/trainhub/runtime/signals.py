@@ -1,9 +1,10 @@
 """Rank 0's view of the control plane's signals (stop: pruned, preempted, canceled).
 
-A background thread asks ``GET /trials/{id}/signals`` every ``poll_s`` seconds, so
-``should_stop()`` reads a cached answer and never waits on the network in the training loop.
-Once the control plane said stop, the answer stays stop. While the control plane is
-unreachable the last answer holds.
+Two ways in: the reply to every metrics report carries the signals (:meth:`SignalPoller.offer`,
+so a prune decided on a report is known as soon as the report is acknowledged), and a
+background thread asks ``GET /trials/{id}/signals`` every ``poll_s`` seconds as a heartbeat for
+scripts that report rarely. ``should_stop()`` reads the cached answer. Once the control plane
+said stop, the answer stays stop. While the control plane is unreachable the last answer holds.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainhub.runtime import protocol
 from trainhub.runtime.transport import ControlPlaneClient, ControlPlaneError, TransientError
 
 logger = logging.getLogger("trainhub.runtime")
@@ -65,6 +67,12 @@ class SignalPoller:
         with self._lock:
             return self._signal
 
+    def offer(self, answer: protocol.Signals) -> None:
+        """Take the signals a reply carried (the metrics sender calls it); a stop sticks."""
+        with self._lock:
+            if answer["should_stop"] and not self._signal.should_stop:
+                self._signal = StopSignal(True, answer["reason"])
+
     def close(self) -> None:
         self._stopped.set()
         with self._lock:
@@ -86,9 +94,7 @@ class SignalPoller:
                         logger.error("trainhub: the control plane refused GET signals: %s", exc)
                         refused_logged = True
                 else:
-                    with self._lock:
-                        if answer["should_stop"] and not self._signal.should_stop:
-                            self._signal = StopSignal(True, answer["reason"])
+                    self.offer(answer)
                     if self._signal.should_stop:
                         self._answered.set()
                         return

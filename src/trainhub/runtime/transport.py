@@ -65,7 +65,10 @@ class ControlPlaneClient:
             return self._timeout_s
         return max(0.5, min(self._timeout_s, budget_s))
 
-    def post_metrics(self, batch: protocol.MetricsBatch, budget_s: float | None = None) -> None:
+    def post_metrics(
+        self, batch: protocol.MetricsBatch, budget_s: float | None = None
+    ) -> protocol.Signals | None:
+        """Send a batch; the reply's signals (None from a server that answers 204)."""
         # json.dumps ourselves: the values were checked finite; keep the body compact
         body = json.dumps(batch, separators=(",", ":")).encode()
         response = _send(
@@ -77,6 +80,9 @@ class ControlPlaneClient:
             )
         )
         _check(response, "POST metrics")
+        if response.status_code == 204 or not response.content:
+            return None
+        return _signals(_json(response, "POST metrics"), "POST metrics")
 
     def post_sample_records(
         self, batch: protocol.SampleRecordsBatch, budget_s: float | None = None
@@ -152,14 +158,7 @@ class ControlPlaneClient:
             )
         )
         _check(response, "GET signals")
-        data = _json(response, "GET signals")
-        if not isinstance(data, dict) or not isinstance(data.get("should_stop"), bool):
-            raise ControlPlaneError(f"GET signals: unexpected answer {data!r}")
-        reason = data.get("reason")
-        return {
-            "should_stop": data["should_stop"],
-            "reason": None if reason is None else str(reason),
-        }
+        return _signals(_json(response, "GET signals"), "GET signals")
 
     def get_pending_profile(self, budget_s: float | None = None) -> dict[str, Any] | None:
         """The open profile request of this trial (id, steps, attempt), or None."""
@@ -189,6 +188,13 @@ class ControlPlaneClient:
             )
         )
         _check(response, "PUT profile trace")
+
+
+def _signals(data: Any, what: str) -> protocol.Signals:
+    if not isinstance(data, dict) or not isinstance(data.get("should_stop"), bool):
+        raise ControlPlaneError(f"{what}: unexpected answer {data!r}")
+    reason = data.get("reason")
+    return {"should_stop": data["should_stop"], "reason": None if reason is None else str(reason)}
 
 
 def _file_chunks(path: Path) -> Iterator[bytes]:

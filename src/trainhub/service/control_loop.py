@@ -26,6 +26,7 @@ from trainhub.core.fairshare import DecayedUsage
 from trainhub.core.gcpause import collection_paused
 from trainhub.core.resources import ResourceRequest
 from trainhub.core.scheduling import BasePolicy, Pending, Preempt, Start
+from trainhub.core.searcher_metric import failure_at_end
 from trainhub.core.spec import ExperimentSpec
 from trainhub.core.states import AttemptOutcome, TrialState
 from trainhub.core.verdicts import (
@@ -51,6 +52,7 @@ from trainhub.service.environments import (
     EnvironmentService,
 )
 from trainhub.service.experiments import refresh_experiment_state
+from trainhub.service.failed_attempts import judge_failed_attempt
 from trainhub.service.keys import attempt_key, log_key
 from trainhub.service.monitoring import MonitoringService
 from trainhub.service.observed_trials import ObservedTrials
@@ -398,6 +400,13 @@ class ControlLoop:
         trial = repo.get_trial(ending.trial_id)
         if trial is None:
             return
+        retry = ending.verdict.retry
+        if attempt is not None and outcome == AttemptOutcome.FAILED and retry:
+            # a failure that will always repeat is not retried (core/failures.py)
+            judged = judge_failed_attempt(repo, self.store, trial, attempt, ending.exit_codes)
+            if judged is not None:
+                retry = judged.retry
+                detail = f"{detail}; {judged.note}" if judged.note else detail
         ran_s = held_s = 0.0
         num_slots = 0
         progress_s = trial.progress_s
@@ -434,9 +443,13 @@ class ControlLoop:
             num_restarts=trial.num_restarts,
             max_restarts=spec.max_restarts,
             resume_step=latest[-1].step if latest else None,
-            retry=ending.verdict.retry,
+            retry=retry,
         )
         transition = self._steered(trial, transition)  # PRUNED or PAUSED where asked
+        if transition.target == TrialState.COMPLETED:
+            missing = failure_at_end(spec.searcher, trial.latest_metrics)
+            if missing is not None:  # it never reported what the searcher needs
+                transition = Transition(TrialState.FAILED, missing, None)
         queued = transition.target == TrialState.QUEUED
         write_trial(
             repo,
@@ -719,6 +732,8 @@ class ControlLoop:
                 protocol.ENV_HPARAMS: json.dumps(trial.hparams),
             }
         )
+        if spec.searcher.kind != "single" and spec.searcher.metric:
+            env[protocol.ENV_SEARCHER_METRIC] = spec.searcher.metric
         if attempt.restored_checkpoint_id is not None:
             env[protocol.ENV_RESTORE_CHECKPOINT] = str(attempt.restored_checkpoint_id)
         distributed = raw.get("distributed")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ from trainhub.core.search_space import (
     Scalar,
     SearchSpace,
 )
+from trainhub.core.searcher_metric import trial_warning
 from trainhub.core.spec import ExperimentSpec
 from trainhub.core.states import LEGAL_TRANSITIONS, ExperimentState, TrialState
 from trainhub.service.clock import Clock
@@ -140,6 +142,9 @@ class SearchService:
         self.wake_scheduler = wake_scheduler
         self._is_search: dict[int, bool] = {}  # experiment id -> whether its spec is a search
         self._specs: dict[int, ExperimentSpec] = {}
+        # the tick (loop thread) and observe_trial (request threads) judge one trial's new
+        # values one at a time, each reading the trial's link afresh under the lock
+        self._observe_lock = threading.Lock()
 
     # ---------------------------------------------------------------- the tick
     def tick(self) -> SearchTickReport:
@@ -217,15 +222,70 @@ class SearchService:
 
     # ---------------------------------------------------------------- metrics and pruning
     def _observe_metrics(self, view: _View, study: StudyConfig, report: SearchTickReport) -> None:
-        metric = view.spec.searcher.metric
-        mode = view.spec.searcher.mode
-        prunes = view.spec.searcher.kind == "search" and study.pruner != "none"
-        assert metric is not None
         for trial_id, link in view.links.items():
             trial = view.trials.get(trial_id)
             if trial is None or link.told or trial.state.is_terminal:
                 continue
+            self._observe_trial(trial_id, view.spec, study, report)
+            if link.reported_step < 0 and view.spec.searcher.requires_metric:
+                self._check_metric_reported(trial_id, view.spec)
+
+    def _check_metric_reported(self, trial_id: int, spec: ExperimentSpec) -> None:
+        """Fail a trial that certainly does not report the searcher metric (a typo of it,
+        past the first rung) when the spec requires it (``searcher.require_metric``)."""
+        searcher = spec.searcher
+        with self.uow() as tx:
+            link = tx.search.get_steered(trial_id)
+            trial = tx.repo.get_trial(trial_id)
+            if (
+                link is None
+                or trial is None
+                or link.reported_step >= 0
+                or link.stop_intent is not None
+                or trial.state != TrialState.RUNNING
+                or trial.cancel_requested
+            ):
+                return
+            step = trial.latest_metrics.get("step")
+            warning = trial_warning(
+                searcher.metric,
+                trial.latest_metrics,
+                latest_step=step if isinstance(step, int) else None,
+                first_rung=searcher.budget.min,
+            )
+            if warning is not None and warning.certain:
+                self._request_stop(tx, trial, StopIntent.FAIL, warning.message)
+
+    def observe_trial(self, trial_id: int) -> list[int]:
+        """Judge a trial's new values of the searcher metric now (the metrics route calls it
+        after storing a report, so a prune decided on that report rides on its reply, instead
+        of waiting for the next tick). Returns ``[trial_id]`` if it was pruned, else ``[]``."""
+        with self.uow() as tx:
+            link = tx.search.get_steered(trial_id)
+            if link is None or link.told:
+                return []
+            experiment = tx.repo.get_experiment(link.experiment_id)
+        if experiment is None:
+            return []
+        spec = self._spec(experiment.id, experiment.spec)
+        report = SearchTickReport()
+        self._observe_trial(trial_id, spec, study_config(experiment.id, spec), report)
+        return report.pruned
+
+    def _observe_trial(
+        self, trial_id: int, spec: ExperimentSpec, study: StudyConfig, report: SearchTickReport
+    ) -> None:
+        """Report a trial's values since the last look to the backend and ask the pruner."""
+        metric = spec.searcher.metric
+        mode = spec.searcher.mode
+        prunes = spec.searcher.kind == "search" and study.pruner != "none"
+        assert metric is not None
+        with self._observe_lock:
             with self.uow() as tx:
+                link = tx.search.get_steered(trial_id)
+                trial = tx.repo.get_trial(trial_id)
+                if link is None or trial is None or link.told or trial.state.is_terminal:
+                    return
                 new = tx.repo.list_metrics(trial_id, after_step=link.reported_step)
             points = [
                 (p.step, float(p.values[metric]))
@@ -234,7 +294,7 @@ class SearchService:
                 and math.isfinite(float(p.values[metric]))
             ]
             if not points:
-                continue
+                return
             if link.backend_id is not None:
                 self.backend.report(study, link.backend_id, points)
             best = link.best_value
@@ -306,6 +366,8 @@ class SearchService:
     # ---------------------------------------------------------------- making trials
     def _fill(self, view: _View, study: StudyConfig, report: SearchTickReport) -> None:
         search = view.search
+        if _metric_missing(view):
+            return  # every trial runs the same script: more would fail the same way
         live = sum(1 for t in view.trials.values() if not t.state.is_terminal)
         made = len(view.links)
         if view.spec.searcher.kind == "pbt":
@@ -511,7 +573,8 @@ class SearchService:
         exhausted = view.spec.searcher.kind == "search" and self.backend.is_exhausted(study)
         pbt_done = view.spec.searcher.kind == "pbt" and len(view.links) > 0
         canceled = view.experiment_state == ExperimentState.CANCELED
-        if search.state == SearchState.RUNNING and not (spent or exhausted or pbt_done or canceled):
+        ended = spent or exhausted or pbt_done or canceled or _metric_missing(view)
+        if search.state == SearchState.RUNNING and not ended:
             return
         if search.state == SearchState.PAUSED and not canceled:
             return
@@ -528,10 +591,16 @@ class SearchService:
             link = tx.search.get_steered(trial.id)
         if link is None or link.stop_intent is None:
             return default
-        wanted = {StopIntent.PRUNE: TrialState.PRUNED, StopIntent.PAUSE: TrialState.PAUSED}[
-            link.stop_intent
-        ]
-        expected = {StopIntent.PRUNE: TrialState.CANCELED, StopIntent.PAUSE: TrialState.QUEUED}
+        wanted = {
+            StopIntent.PRUNE: TrialState.PRUNED,
+            StopIntent.PAUSE: TrialState.PAUSED,
+            StopIntent.FAIL: TrialState.FAILED,
+        }[link.stop_intent]
+        expected = {
+            StopIntent.PRUNE: TrialState.CANCELED,
+            StopIntent.PAUSE: TrialState.QUEUED,
+            StopIntent.FAIL: TrialState.CANCELED,
+        }
         if default != expected[link.stop_intent]:
             return default
         return wanted if wanted in LEGAL_TRANSITIONS[trial.state] else default
@@ -553,6 +622,11 @@ class SearchService:
                 return None
             owner = tx.repo.get_trial(checkpoint.trial_id)
             return source if owner is not None and owner.tenant == trial.tenant else None
+
+
+def _metric_missing(view: _View) -> bool:
+    """A trial failed for not reporting the searcher's metric (``require_metric``)."""
+    return any(link.stop_intent == StopIntent.FAIL for link in view.links.values())
 
 
 def _parsed_mutations(raw: dict[str, Any]) -> tuple[Distribution, ...]:

@@ -35,6 +35,7 @@ class StopIntent(StrEnum):
 
     PRUNE = "prune"  # the pruner or PBT: ends PRUNED
     PAUSE = "pause"  # a user: checkpoints and waits PAUSED
+    FAIL = "fail"  # it does not report the searcher's metric (require_metric): ends FAILED
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,7 @@ class SteeringService:
         if trial.state.is_terminal:
             raise Conflict(f"trial {trial.id} already ended ({trial.state})")
         link = self._steered(tx, trial)
-        if link.stop_intent == StopIntent.PRUNE:
+        if link.stop_intent in (StopIntent.PRUNE, StopIntent.FAIL):
             return trial  # it is ending anyway
         tx.search.update_steered(
             trial.id, SteeredUpdate(stop_intent=StopIntent.PAUSE, stop_detail=why)

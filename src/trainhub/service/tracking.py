@@ -301,6 +301,25 @@ class TrackingService:
         # bytes of a tenant stored besides checkpoints (registered models, datasets) that
         # share its storage quota; the server wires it
         self.other_bytes: Callable[[str], int] = lambda tenant: 0
+        # the searcher's look at a trial's new values of its metric (SearchService.observe_trial,
+        # wired by the server): a prune decided on a report is decided before its reply
+        self.observe_search: Callable[[int], object] | None = None
+
+    def report_metrics(
+        self,
+        principal: Principal,
+        trial_id: int,
+        attempt: int,
+        points: list[tuple[int, dict[str, float]]],
+        progress: dict[str, Any] | None = None,
+    ) -> tuple[bool, str | None]:
+        """What the runtime's report does: store the batch, let the searcher judge the new
+        values of its metric (a prune is decided here, not at the next tick), and answer the
+        trial's signals, so the stop rides on this reply."""
+        searched = self.record_metrics(principal, trial_id, attempt, points, progress)
+        if searched and self.observe_search is not None:
+            self.observe_search(trial_id)
+        return self.signals(principal, trial_id)
 
     def record_metrics(
         self,
@@ -309,8 +328,10 @@ class TrackingService:
         attempt: int,
         points: list[tuple[int, dict[str, float]]],
         progress: dict[str, Any] | None = None,
-    ) -> None:
-        """Store a batch of metric points of one attempt (the trial's own token only)."""
+    ) -> bool:
+        """Store a batch of metric points of one attempt (the trial's own token only).
+
+        Returns whether the batch holds a value of the experiment's searcher metric."""
         if len(points) > limits.MAX_POINTS_PER_REQUEST:
             raise TooLarge(
                 f"{len(points)} points in one request; the limit is "
@@ -357,6 +378,7 @@ class TrackingService:
             )
             if best is not None:
                 repo.offer_experiment_best(target.experiment_id, *best)
+        return best is not None
 
     def list_metrics(
         self, principal: Principal, trial_id: int, after_step: int | None, limit: int

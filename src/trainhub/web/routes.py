@@ -19,6 +19,7 @@ from trainhub.core.spec_changes import parse_changes
 from trainhub.core.states import trial_actions
 from trainhub.core.step_timing import RUNTIME_PREFIXES
 from trainhub.service.container import Services
+from trainhub.service.metric_warnings import trial_metric_warning
 from trainhub.service.ports import Principal
 from trainhub.service.steering import SteeringService
 from trainhub.web.admin import add_admin_routes
@@ -226,6 +227,7 @@ def build_router(services: Services) -> APIRouter:
                 "events": detail.events[-50:],
                 "ranks": list(range(len(latest.placement))) if latest else [],
                 "steerable": services.steering is not None,
+                "metric_warning": trial_metric_warning(detail.experiment.spec, detail.trial),
                 **trial_gpus_context(web, principal, trial_id),
                 **profiles_context(web, principal, trial_id),
             }

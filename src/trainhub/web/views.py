@@ -9,6 +9,7 @@ from trainhub.core.best_so_far import TrialValue, best_so_far
 from trainhub.core.search_space import is_distribution
 from trainhub.core.states import experiment_actions
 from trainhub.service.container import Services
+from trainhub.service.metric_warnings import experiment_metric_warnings
 from trainhub.service.ports import Principal
 from trainhub.service.records import Trial
 from trainhub.web.charts import ChartCache
@@ -53,6 +54,7 @@ def experiment_context(
         "hparam_names": hparam_names,
         "fixed_hparams": fixed,
         "steerable": services.steering is not None,
+        "metric_warnings": experiment_metric_warnings(detail.experiment.spec, detail.trials),
         "actions": experiment_actions(detail.experiment.state),
         "parcoords": parcoords_data(detail.trials, best, metric, mode),
         "best_so_far": best_so_far(

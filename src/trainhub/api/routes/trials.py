@@ -52,27 +52,28 @@ def cancel_trial(
 
 @router.post(
     "/{trial_id}/metrics",
-    status_code=204,
+    response_model=SignalsPublic,
     responses=errors(404, 409, 411),
     openapi_extra=json_body(METRICS_BATCH),
 )
 async def report_metrics(
     request: Request, services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
-) -> Response:
+) -> SignalsPublic:
     """Record metrics (the trial's own token; admins too, audited). A step reported again
     replaces its values. Values are finite numbers: NaN, infinities, strings and booleans
-    are refused (422)."""
+    are refused (422). The reply says whether the trial should stop, and why: a prune the
+    searcher decides on these values is decided before the reply."""
     batch = parse_json_body(METRICS_BATCH, await request.body())
     progress = batch.get("progress")
-    await run_in_threadpool(
-        services.tracking.record_metrics,
+    stop, reason = await run_in_threadpool(
+        services.tracking.report_metrics,
         principal,
         trial_id,
         batch.get("attempt", 1),
         [(p["step"], p["values"]) for p in batch.get("points", [])],
         progress.model_dump() if progress else None,
     )
-    return Response(status_code=204)
+    return SignalsPublic(should_stop=stop, reason=reason)
 
 
 @router.get("/{trial_id}/metrics", response_model=MetricsPublic, responses=errors(404))
