@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
+from trainhub.cli.ids import ID_HELP, TrialOpt, parse_ref, trial_of
 from trainhub.cli.session import (
     EXIT_INTERRUPTED,
     EXIT_INVALID_INPUT,
@@ -258,8 +259,8 @@ def show(
                     "follow one of them with `trainhub show --trial ID -f`",
                 )
             raise typer.Exit(_follow(client, trial_ids[0]))
-        out.print(experiment_view(experiment))
         searcher = (experiment.get("spec") or {}).get("searcher") or {}
+        progress = None
         if (
             searcher.get("sampler")
             or searcher.get("pruner")
@@ -269,12 +270,35 @@ def show(
                 "single",
             )
         ):
+            progress = client.search_progress(id_)
+        search_state = progress["search_state"] if progress else None
+        experiment = {**experiment, "state": shown_state(experiment, search_state)}
+        out.print(experiment_view(experiment))
+        if progress is not None:
             from trainhub.cli.search import progress_line
 
-            out.print(progress_line(client.search_progress(id_)))  # done/running/pruned, best
+            out.print(progress_line(progress))  # done/running/pruned, best
         if len(trial_ids) == 1:
             out.print()
             out.print(trial_view(client.get_trial(trial_ids[0])))
+
+
+def shown_state(experiment: JSON, search_state: str | None) -> str:
+    """The state a user sees: PAUSED for an unfinished experiment whose search is paused, or
+    whose unfinished trials are all paused (the stored state says ACTIVE)."""
+    state = str(experiment["state"])
+    if state != ExperimentState.ACTIVE:
+        return state
+    if search_state == "PAUSED":
+        return "PAUSED"
+    unfinished = [
+        t["state"]
+        for t in experiment.get("trials") or []
+        if t["state"] not in ("COMPLETED", "FAILED", "CANCELED", "PRUNED")
+    ]
+    if unfinished and all(s in ("PAUSED",) for s in unfinished):
+        return "PAUSED"
+    return state
 
 
 def cancel(
@@ -308,7 +332,8 @@ def _cancel_state(t: JSON) -> str:
 
 
 def logs(
-    trial_id: Annotated[int, typer.Argument(metavar="TRIAL_ID")],
+    ref: Annotated[str, typer.Argument(metavar="ID", help=ID_HELP)],
+    trial: TrialOpt = False,
     rank: Annotated[int, typer.Option("--rank", "-r", min=0, help="Which rank's output.")] = 0,
     attempt: Annotated[
         int | None, typer.Option("--attempt", "-a", min=1, help="Default: the latest.")
@@ -319,19 +344,23 @@ def logs(
     ] = False,
     poll_interval_s: Annotated[float, typer.Option(hidden=True)] = 1.0,
 ) -> None:
-    """Print the output (stdout and stderr) of one rank of a trial."""
+    """Print the output (stdout and stderr) of one rank of a trial.
+
+    ID is an experiment (its trial) or a trial: `trainhub logs 22`, `trainhub logs trial/34`."""
     with connect() as client:
+        trial_id = trial_of(client, parse_ref(ref, trial), "logs")
         first = client.read_logs(trial_id, rank, attempt, 0, limit=1)
         if first["attempt"] == 0:
             t = client.get_trial(trial_id)
             why = f" ({t['pending_reason']})" if t.get("pending_reason") else ""
+            ref = f"trial/{trial_id}"
             if first["complete"]:
                 err.print(f"trial {trial_id} ended ({t['state']}) without running")
                 return
             if not follow:
                 err.print(
                     f"trial {trial_id} has no attempts yet: it is {t['state']}{escape(why)}; "
-                    f"follow its output with `trainhub logs {trial_id} -f`"
+                    f"follow its output with `trainhub logs {ref} -f`"
                 )
                 return
             err.print(f"[dim]waiting for trial {trial_id} to start: {t['state']}{escape(why)}[/]")
@@ -355,7 +384,8 @@ def logs(
 
 
 def metrics(
-    trial_id: Annotated[int, typer.Argument(metavar="TRIAL_ID")],
+    ref: Annotated[str, typer.Argument(metavar="ID", help=ID_HELP)],
+    trial: TrialOpt = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
     keys: Annotated[
         str | None, typer.Option("--keys", "-k", help="Comma-separated metric names to show.")
@@ -369,11 +399,15 @@ def metrics(
         ),
     ] = False,
 ) -> None:
-    """Print the metrics a trial reported, one row per step."""
+    """Print the metrics a trial reported, one row per step.
+
+    ID is an experiment (its trial) or a trial: `trainhub metrics 22`, `trainhub metrics
+    trial/34`."""
     from trainhub.cli.render import metric_keys, metric_points_table
     from trainhub.core.step_timing import is_runtime_metric
 
     with connect() as client:
+        trial_id = trial_of(client, parse_ref(ref, trial), "metrics")
         points = client.list_metrics(trial_id, limit=100_000)
     names = [k.strip() for k in keys.split(",") if k.strip()] if keys else metric_keys(points)
     hidden: list[str] = []

@@ -249,8 +249,12 @@ def server(
         settings = dataclasses.replace(settings, reclaim_patience=reclaim_patience)
     from sqlalchemy.exc import OperationalError
 
+    from trainhub.adapters.sandbox import SandboxUnavailable
+
     try:
         serve(settings)
+    except SandboxUnavailable as exc:  # e.g. the database inside the Python environment
+        raise fail(f"cannot start: {exc}", code=2) from None
     except OperationalError as exc:
         raise fail(
             f"cannot open the database {_redact(settings.database_url)}: {exc.orig or exc}",

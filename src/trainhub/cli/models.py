@@ -46,7 +46,7 @@ def _version_of(client: Any, ref: str, tenant: str | None) -> dict[str, Any]:
     model = client.get_model(name, owner or tenant)
     if version is None:
         if model["latest"] is None:
-            raise fail(f"model {name} has no version")
+            raise fail(f"model {name} has no version", code=EXIT_INVALID_INPUT)
         found: dict[str, Any] = model["latest"]
         return found
     found = client.get_model_version(name, version, model["tenant"])
