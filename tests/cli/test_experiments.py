@@ -101,17 +101,17 @@ def test_show_a_failed_attempt_with_exit_codes_and_detail(cli: Cli, live: LiveSe
 
 def test_show_unknown_ids_are_readable_errors(cli: Cli, live: LiveServer) -> None:
     result = cli("show", "999")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "error:" in result.stderr
     assert "999" in result.stderr
-    assert cli("show", "--trial", "999").exit_code == 1
+    assert cli("show", "--trial", "999").exit_code == 2
 
 
 def test_cancel_an_experiment_and_a_trial(cli: Cli, live: LiveServer) -> None:
     first = submit(live)
     result = cli("cancel", str(first["id"]))
     assert result.exit_code == 0, result.output
-    assert f"experiment {first['id']} (demo): CANCELED" in result.stdout
+    assert f"exp {first['id']} (demo): CANCELED" in result.stdout
     assert "trial 1: CANCELED" in result.stdout
     second = submit(live)
     trial_id = second["trial_ids"][0]
@@ -128,7 +128,7 @@ def test_logs_of_a_trial_with_no_attempts(cli: Cli, live: LiveServer) -> None:
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     assert f"trial {trial_id} has no attempts yet: it is QUEUED" in result.stderr
-    assert f"trainhub logs {trial_id} -f" in result.stderr
+    assert f"trainhub logs trial/{trial_id} -f" in result.stderr
     cli("cancel", "--trial", str(trial_id))
     result = cli("logs", f"trial/{trial_id}", "-f")  # ended without running: following stops at once
     assert result.exit_code == 0
@@ -154,7 +154,7 @@ def test_logs_print_raw_text_and_follow_stops_when_the_attempt_ended(
     assert result.exit_code == 0
     assert result.stdout == text
     bad = cli("logs", f"trial/{trial_id}", "--rank", "7")
-    assert bad.exit_code == 1
+    assert bad.exit_code == 2
     assert "rank 7 does not exist" in bad.stderr
 
 

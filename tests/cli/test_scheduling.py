@@ -109,7 +109,7 @@ def test_priority_changes_and_is_shown_in_the_queue(cli: Cli, live: LiveServer) 
 
     member = live.api.user("mia", "default")
     refused = cli("priority", str(trial_id), "urgent", token=member)
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert "only cluster admins may set priority 'urgent'" in refused.stderr
     assert "hint: use 'high'" in refused.stderr
     assert "Traceback" not in refused.output
@@ -117,12 +117,12 @@ def test_priority_changes_and_is_shown_in_the_queue(cli: Cli, live: LiveServer) 
     bad = cli("priority", str(trial_id), "asap")
     assert bad.exit_code == 2  # not one of the levels: the CLI refuses it itself
     missing = cli("priority", "9999", "low")
-    assert missing.exit_code == 1
+    assert missing.exit_code == 2
     assert "trial 9999 does not exist" in missing.stderr
     with live.api.services.uow() as repo:
         write_trial(repo, trial_id, TrialUpdate(state=TrialState.CANCELED, ended_at=time.time()))
     ended = cli("priority", str(trial_id), "low")
-    assert ended.exit_code == 1
+    assert ended.exit_code == 2
     assert "already ended" in ended.stderr
 
 

@@ -129,7 +129,7 @@ def submit(
         experiment = client.submit_experiment(spec_yaml, packed.data, tenant)
         trials = experiment["trials"]
         out.print(
-            f"Submitted experiment [bold]{experiment['id']}[/] ({escape(experiment['name'])}) "
+            f"Submitted exp [bold]{experiment['id']}[/] ({escape(experiment['name'])}) "
             f"to tenant {escape(experiment['tenant'])}: "
             + ", ".join(f"trial [bold]{t['id']}[/] {t['state']}" for t in trials)
         )
@@ -141,7 +141,11 @@ def submit(
             if first is not None:
                 steps += [
                     (f"trainhub show --trial {first} -f", "follow it live until it ends"),
-                    (f"trainhub logs {first} -f", "follow the output of rank 0"),
+                    (
+                        f"trainhub logs {experiment['id'] if len(trials) == 1 else f'trial/{first}'}"
+                        " -f",
+                        "follow the output of rank 0",
+                    ),
                 ]
             steps.append((f"trainhub cancel {experiment['id']}", "cancel it"))
             out.print(next_steps(steps), end="")
@@ -255,7 +259,7 @@ def show(
         if follow:
             if len(trial_ids) != 1:
                 raise fail(
-                    f"experiment {id_} has {len(trial_ids)} trials",
+                    f"exp {id_} has {len(trial_ids)} trials",
                     "follow one of them with `trainhub show --trial ID -f`",
                 )
             raise typer.Exit(_follow(client, trial_ids[0]))
@@ -317,7 +321,7 @@ def cancel(
             out.print(f"trial {id_}: {_cancel_state(trials[0])}")
             return
         experiment = client.cancel_experiment(id_)
-        out.print(f"experiment {id_} ({escape(experiment['name'])}): {experiment['state']}")
+        out.print(f"exp {id_} ({escape(experiment['name'])}): {experiment['state']}")
         for t in experiment["trials"]:
             out.print(f"  trial {t['id']}: {_cancel_state(t)}")
 

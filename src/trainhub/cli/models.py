@@ -69,7 +69,9 @@ def _write(target: Path, data: bytes) -> None:
         target.write_bytes(data)
     except OSError as exc:
         raise fail(
-            f"cannot write {target}: {exc.strerror or exc}", "pass -o FILE in a writable directory"
+            f"cannot write {target}: {exc.strerror or exc}",
+            "pass -o FILE in a writable directory",
+            code=EXIT_INVALID_INPUT,
         ) from None
 
 
@@ -304,11 +306,13 @@ def export(
             raise fail(str(exc), code=EXIT_INVALID_INPUT) from None
     try:
         path, diff = export_version(data, arch, fmt, target)
-    except ValueError as exc:
-        raise fail(str(exc)) from None
+    except ValueError as exc:  # the version does not take that input, or cannot be exported
+        raise fail(str(exc), code=EXIT_INVALID_INPUT) from None
     except OSError as exc:
         raise fail(
-            f"cannot write {target}: {exc.strerror or exc}", "pass -o FILE in a writable directory"
+            f"cannot write {target}: {exc.strerror or exc}",
+            "pass -o FILE in a writable directory",
+            code=EXIT_INVALID_INPUT,
         ) from None
     out.print(
         f"{path}: {path.stat().st_size} bytes; checked against PyTorch (difference {diff:.2e})"

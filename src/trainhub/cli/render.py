@@ -192,7 +192,7 @@ def progress_renderable(progress: JSON, width: int = 40) -> RenderableType | Non
 def experiments_table(rows: list[JSON], now: float | None = None) -> Table:
     table = Table(show_edge=False)
     for name, justify in (
-        ("id", "right"),
+        ("exp", "right"),
         ("name", "left"),
         ("tenant", "left"),
         ("owner", "left"),
@@ -228,7 +228,7 @@ def _fields(pairs: list[tuple[str, RenderableType | str]]) -> Table:
 
 def trials_table(trials: list[JSON], metric: str | None = None) -> Table:
     table = titled_table("trials")
-    table.add_column("id", justify="right")
+    table.add_column("trial", justify="right")
     table.add_column("state")
     table.add_column("attempts", justify="right")
     table.add_column("hyperparameters")
@@ -253,7 +253,7 @@ def experiment_view(e: JSON, now: float | None = None) -> RenderableType:
     spec = e.get("spec") or {}
     resources = spec.get("resources") or {}
     pairs: list[tuple[str, RenderableType | str]] = [
-        ("experiment", Text.assemble((str(e["id"]), "bold"), " ", (e["name"], "bold"))),
+        ("experiment", Text.assemble((f"exp {e['id']}", "bold"), " ", (e["name"], "bold"))),
         ("state", state_text(e["state"])),
         ("project", e["project"]),
         ("tenant / owner", f"{e['tenant']} / {e['owner']}"),
@@ -376,7 +376,7 @@ def trial_view(t: JSON, now: float | None = None) -> RenderableType:
     """Everything ``trainhub show --trial`` shows about one trial."""
     pairs: list[tuple[str, RenderableType | str]] = [
         ("trial", trial_status_line(t, now)),
-        ("experiment", f"{t['experiment_id']} ({t.get('experiment_name', '')})"),
+        ("experiment", f"exp {t['experiment_id']} ({t.get('experiment_name', '')})"),
         ("tenant", t["tenant"]),
         ("priority", t["priority"]),
         ("submitted", f"{local_time(t['submitted_at'])} ({ago(t['submitted_at'], now)})"),

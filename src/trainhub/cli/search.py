@@ -122,7 +122,7 @@ def progress_line(progress: JSON) -> str:
     done = counts.get("COMPLETED", 0)
     running = sum(counts.get(s, 0) for s in ("SCHEDULED", "RUNNING", "PREEMPTING"))
     state = f", {progress['search_state'].lower()}" if progress["search_state"] else ""
-    head = f"experiment {progress['experiment']['id']} ({progress['searcher']}{state})"
+    head = f"exp {progress['experiment']['id']} ({progress['searcher']}{state})"
     limit = f"/{progress['max_trials']}" if progress["max_trials"] else ""
     text = (
         f"{head}: {progress['count']}{limit} trials: {done} done, {running} running, "
@@ -139,7 +139,7 @@ def trials_by_metric_table(progress: JSON, names: list[str]) -> Any:
     from trainhub.cli.render import state_text, titled_table
 
     table = titled_table("trials")
-    table.add_column("id", justify="right", no_wrap=True, min_width=2)
+    table.add_column("trial", justify="right", no_wrap=True, min_width=5)
     table.add_column("state", no_wrap=True, min_width=9)
     table.add_column(Text(progress["metric"] or "metric"), justify="right", min_width=7)
     table.add_column("done", justify="right", no_wrap=True)  # an hparam may be called epochs
@@ -169,7 +169,7 @@ def _steer(object_id: int, trial: bool, action: str) -> None:
         out.print(progress_line(body))
     else:
         states = sorted({t["state"] for t in body.get("trials", [])})
-        out.print(f"experiment {object_id}: {body['state']} ({', '.join(states) or 'no trials'})")
+        out.print(f"exp {object_id}: {body['state']} ({', '.join(states) or 'no trials'})")
 
 
 def pause(
@@ -289,7 +289,7 @@ def clone(
         else:
             body = client.clone_experiment(object_id, parsed, from_checkpoint)
     out.print(
-        f"submitted experiment {body['id']} ({body['name']}), a clone of "
+        f"submitted exp {body['id']} ({body['name']}), a clone of "
         f"{'trial' if trial else 'experiment'} {object_id}"
     )
 
@@ -376,4 +376,4 @@ def template_submit(
     parsed = parse_changes(changes or [])
     with connect() as client:
         body = client.submit_template(name, parsed, tenant)
-    out.print(f"submitted experiment {body['id']} ({body['name']}) from template {name}")
+    out.print(f"submitted exp {body['id']} ({body['name']}) from template {name}")
