@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
+from trainhub.cli.fit import print_fitted
 from trainhub.cli.ids import ID_HELP, TrialOpt, parse_ref, trial_of
 from trainhub.cli.session import (
     EXIT_INTERRUPTED,
@@ -224,7 +225,7 @@ def ls(
     if not page["data"]:
         out.print("no experiments" + (f" in state {state.value}" if state else ""))
         return
-    out.print(experiments_table(page["data"]))
+    print_fitted(experiments_table(page["data"]), out, drop_first=("owner", "tenant"))
     if page["count"] > len(page["data"]):
         err.print(f"[dim]showing {len(page['data'])} of {page['count']}; use --limit[/]")
 

@@ -540,9 +540,11 @@ def usage_title(report: JSON) -> str:
     return f"usage {utc_time(since)} to {utc_time(until)} UTC ({duration(until - since)})"
 
 
-def usage_rows_table(rows: Sequence[JSON]) -> Table:
-    """Allocated slot-hours per UTC day, tenant, user and project, with a total."""
-    table = titled_table("slot-hours (GPU-hours) per day, tenant, user, project")
+def usage_rows_table(rows: Sequence[JSON], gpus: bool = True) -> Table:
+    """Allocated slot-hours per UTC day, tenant, user and project, with a total; a slot is a
+    GPU, or a CPU share on a cluster without GPUs (``gpus=False``)."""
+    slot = "GPU-hours" if gpus else "CPU-share hours: this cluster has no GPUs"
+    table = titled_table(f"slot-hours ({slot}) per day, tenant, user, project")
     table.add_column("day")
     table.add_column("tenant")
     table.add_column("user")
@@ -587,8 +589,8 @@ def tenant_shares_table(tenants: Sequence[JSON]) -> Table:
 
 
 def gigabytes(size: int) -> str:
-    """``1.25 GB`` (decimal units, as the quota options take them)."""
-    return f"{size / 1e9:,.2f} GB"
+    """``1.25 GB``, ``1.1 TB``, ``340 MB`` (decimal units, as the quota options take them)."""
+    return human_bytes(size)
 
 
 def storage_table(rows: Sequence[JSON]) -> Table:

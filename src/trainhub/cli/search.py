@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from trainhub.cli.fit import print_fitted
 from trainhub.cli.session import EXIT_INVALID_INPUT, connect, fail, out
 
 JSON = dict[str, Any]
@@ -62,7 +63,7 @@ def trials(
 
         label = "same in every trial" if len(rows) > 1 else "hyperparameters"
         out.print(Text(f"{label}: " + ", ".join(f"{k}={fmt_value(v)}" for k, v in same)))
-    out.print(trials_by_metric_table(progress, varying))
+    print_fitted(trials_by_metric_table(progress, varying), out, drop_first=("why",))
     if weights:
         out.print("importance: " + ", ".join(f"{k} {v:.2f}" for k, v in weights.items()))
 
