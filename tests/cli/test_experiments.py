@@ -24,7 +24,7 @@ def test_ls_lists_experiments_newest_first_and_filters_by_state(cli: Cli, live: 
     assert "admin" in lines[0]
     assert "ACTIVE" in lines[0]
     assert "ago" in lines[0]
-    for header in ("id", "name", "tenant", "owner", "state", "trials", "created"):
+    for header in ("exp", "name", "tenant", "owner", "state", "trials", "created"):
         assert header in result.stdout
     assert cli("ls", "--state", "completed").stdout.strip() == "no experiments in state COMPLETED"
     limited = cli("ls", "--limit", "1")
@@ -217,6 +217,40 @@ def test_metrics_table_and_csv(cli: Cli, live: LiveServer) -> None:
     assert "1 metric of the runtime not shown" in plain.stderr
     assert "time/step_s" in cli("metrics", f"trial/{trial_id}", "--all").stdout
     assert "time/step_s" in cli("metrics", f"trial/{trial_id}", "--csv").stdout.splitlines()[0]
+
+
+def test_metrics_keep_the_scripts_epochs_apart_from_ctx_watch_batches(
+    cli: Cli, live: LiveServer
+) -> None:
+    from rich.console import Console
+
+    from trainhub.cli.follow import final_view
+    from trainhub.service.records import TrialUpdate
+
+    trial_id = submit(live)["trial_ids"][0]
+    start(live, trial_id)
+    epochs = [(e, {"val_accuracy": 0.5 + e / 10}) for e in range(3)]
+    batches = [(b, {"layers/fc1/grad_norm": 0.1 * b}) for b in range(0, 340, 20)]
+    with live.api.services.uow() as repo:
+        repo.upsert_metrics(trial_id, 1, [*epochs, *batches], time.time())
+    table = cli("metrics", f"trial/{trial_id}").stdout
+    rows = [line for line in table.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 3  # the script's epochs only: no empty rows for ctx.watch's batches
+    assert "layers/" not in table
+    assert "layers/fc1/grad_norm" in cli("metrics", f"trial/{trial_id}", "--all").stdout
+    # --follow's final metrics: the script's own, at their own last step
+    with live.api.services.uow() as repo:
+        latest = {"val_accuracy": 0.7, "layers/fc1/grad_norm": 32.0, "step": 320}
+        repo.update_trial(trial_id, TrialUpdate(latest_metrics=latest))
+    shown = live.api.client.get(f"/api/v1/trials/{trial_id}", headers=live.api.headers()).json()
+    points = live.api.client.get(
+        f"/api/v1/trials/{trial_id}/metrics", headers=live.api.headers()
+    ).json()["data"]
+    console = Console(record=True, width=100)
+    console.print(final_view(shown, points))
+    text = console.export_text()
+    assert "final metrics (step 2)" in text
+    assert "val_accuracy" in text and "layers/" not in text and "step 320" not in text
 
 
 def test_cluster_nodes(cli: Cli, live: LiveServer) -> None:

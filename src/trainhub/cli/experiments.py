@@ -399,8 +399,9 @@ def metrics(
         bool,
         typer.Option(
             "--all",
-            help="The table shows the runtime's own metrics too (time/*, comm/*, "
-            "throughput/*, layers/*); CSV always has them.",
+            help="The table shows the runtime's own series too: step timing and "
+            "communication (time/*, comm/*, throughput/*) and ctx.watch's layer statistics "
+            "(layers/*), with their own steps; CSV always has them.",
         ),
     ] = False,
 ) -> None:
@@ -431,7 +432,11 @@ def metrics(
     if not points:
         err.print(f"trial {trial_id} has reported no metrics yet")
         return
-    out.print(metric_points_table(points, names))
+    # only the steps that reported a shown metric: ctx.watch's per-batch steps would otherwise
+    # add rows empty of the script's own (per-epoch) metrics
+    shown = set(names)
+    rows = [p for p in points if shown.intersection(p["values"])]
+    print_fitted(metric_points_table(rows, names), out, keep=("step",))
     if hidden:
         plural = "s" if len(hidden) != 1 else ""
         err.print(
