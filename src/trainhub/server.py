@@ -164,6 +164,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
     from trainhub.adapters.db.profile_store import SqlProfileStore
     from trainhub.adapters.db.registry_store import SqlModelStore
+    from trainhub.adapters.weights_check import TorchWeightsCheck
     from trainhub.adapters.db.sample_store import SqlSampleStore
     from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
     from trainhub.adapters.monitor.agent import RayNodeMonitor
@@ -247,7 +248,9 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     experiments = ExperimentService(
         uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
     )
-    registry = RegistryService(uow, SqlModelStore(engine), store, clock)
+    registry = RegistryService(
+        uow, SqlModelStore(engine), store, clock, weights_check=TorchWeightsCheck()
+    )
     experiments.resolve_model = registry.pin_sources
     services = Services(
         uow=uow,

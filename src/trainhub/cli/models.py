@@ -117,7 +117,9 @@ def register(
         version = client.register_model(
             trial_id, name, checkpoint, description=description, arch=arch_value
         )
-    out.print(f"registered {version['ref']} ({version['size_bytes']} bytes)")
+    from trainhub.cli.context import human_bytes
+
+    out.print(f"registered {version['ref']} ({human_bytes(version['size_bytes'])})")
     out.print(f"start from it with  model: {{init_from: {version['ref']}}}")
 
 
@@ -210,6 +212,30 @@ def share(
         model = client.share_model(model_name, tenant, not stop, owner)
     shared = ", ".join(model["shared_with"]) or "nobody"
     out.print(f"{model['tenant']}/{model['name']} shared with: {shared}")
+
+
+@app.command()
+def delete(
+    ref: Annotated[
+        str, typer.Argument(metavar="NAME:VERSION", help="The version to delete, e.g. lenet:2.")
+    ],
+    tenant: TenantOpt = None,
+) -> None:
+    """Delete one version of a model and its weights (refused while a trial uses it).
+
+    Its number is never given to another version: a spec that names NAME:VERSION never
+    starts from other weights."""
+    owner, model_name, version = _split(ref)
+    if version is None:
+        raise fail(
+            f"{ref!r} names no version",
+            f"name the one to delete, e.g. {model_name}:1 (see `trainhub models show "
+            f"{model_name}`)",
+            code=EXIT_INVALID_INPUT,
+        )
+    with connect() as client:
+        deleted = client.delete_model_version(model_name, version, owner or tenant)
+    out.print(f"deleted {deleted['ref']}")
 
 
 @app.command()
