@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from trainhub.cli.fit import print_fitted
 from trainhub.cli.ids import ID_HELP, TrialOpt, parse_ref, trial_of
 from trainhub.cli.session import EXIT_INVALID_INPUT, connect, fail, out
 
@@ -161,7 +162,7 @@ def _print_report(report: dict[str, Any]) -> None:
             f"{s['aum']:.3f}", f"{s['confidence']:.3f}", str(s["forgetting"]), s["region"],
         )  # fmt: skip
     if report["suspicious"]:
-        out.print(table)
+        print_fitted(table, out, hint="widen the terminal, or --json / --csv FILE")
         out.print("* flagged (AUM < 0)")
     classes = report["classes"]
     accuracy = Table(title="Per class (latest epoch)", title_justify="left")
