@@ -164,7 +164,6 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
     from trainhub.adapters.db.profile_store import SqlProfileStore
     from trainhub.adapters.db.registry_store import SqlModelStore
-    from trainhub.adapters.weights_check import TorchWeightsCheck
     from trainhub.adapters.db.sample_store import SqlSampleStore
     from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
     from trainhub.adapters.monitor.agent import RayNodeMonitor
@@ -181,6 +180,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         sqlite_state_files,
     )
     from trainhub.adapters.storage import LocalArtifactStore
+    from trainhub.adapters.weights_check import TorchWeightsCheck
 
     warnings: list[str] = []
     sandbox, why_not = resolve_mode(settings.sandbox)

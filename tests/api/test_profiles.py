@@ -71,7 +71,14 @@ def test_profile_a_running_trial_on_every_rank(
     command = threading.Thread(
         target=lambda: answer.update(
             result=cli(
-                "profile", f"trial/{trial_id}", "--steps", "5", "--wait", "60", "--out", str(tmp_path)
+                "profile",
+                f"trial/{trial_id}",
+                "--steps",
+                "5",
+                "--wait",
+                "60",
+                "--out",
+                str(tmp_path),
             )
         )
     )

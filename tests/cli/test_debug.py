@@ -39,7 +39,9 @@ def test_debug_prints_the_report_and_writes_csv_and_png(
         assert f"{sample}*" in result.output
     assert "most confused:" in result.output
     out_csv, out_png = tmp_path / "s.csv", tmp_path / "s.png"
-    result = cli("debug", f"trial/{trial_id}", "--json", "--csv", str(out_csv), "--png", str(out_png))
+    result = cli(
+        "debug", f"trial/{trial_id}", "--json", "--csv", str(out_csv), "--png", str(out_png)
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output.splitlines()[0])["num_flagged"] == len(FLIPPED)
     rows = list(csv.DictReader(out_csv.open()))

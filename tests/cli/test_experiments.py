@@ -130,7 +130,9 @@ def test_logs_of_a_trial_with_no_attempts(cli: Cli, live: LiveServer) -> None:
     assert f"trial {trial_id} has no attempts yet: it is QUEUED" in result.stderr
     assert f"trainhub logs trial/{trial_id} -f" in result.stderr
     cli("cancel", "--trial", str(trial_id))
-    result = cli("logs", f"trial/{trial_id}", "-f")  # ended without running: following stops at once
+    result = cli(
+        "logs", f"trial/{trial_id}", "-f"
+    )  # ended without running: following stops at once
     assert result.exit_code == 0
     assert "ended (CANCELED) without running" in result.stderr
 
@@ -146,7 +148,8 @@ def test_logs_print_raw_text_and_follow_stops_when_the_attempt_ended(
     assert result.exit_code == 0, result.output
     assert result.stdout == text  # several chunks, no markup interpreted
     assert (
-        cli("logs", f"trial/{trial_id}").stderr.strip() == "attempt 1, rank 0 has written no output yet"
+        cli("logs", f"trial/{trial_id}").stderr.strip()
+        == "attempt 1, rank 0 has written no output yet"
     )
     finish(live, trial_id, attempt)
     assert cli("logs", f"trial/{trial_id}").stderr.strip() == "attempt 1, rank 0 wrote no output"
@@ -250,7 +253,9 @@ def test_metrics_keep_the_scripts_epochs_apart_from_ctx_watch_batches(
     console.print(final_view(shown, points))
     text = console.export_text()
     assert "final metrics (step 2)" in text
-    assert "val_accuracy" in text and "layers/" not in text and "step 320" not in text
+    assert "val_accuracy" in text
+    assert "layers/" not in text
+    assert "step 320" not in text
 
 
 def test_cluster_nodes(cli: Cli, live: LiveServer) -> None:

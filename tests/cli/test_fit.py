@@ -73,9 +73,8 @@ def test_the_cli_tables_are_readable_at_80_columns(cli: Cli, live: LiveServer) -
 def test_usage_says_slot_hours_of_cpu_shares_on_a_cluster_without_gpus(
     cli: Cli, live: LiveServer
 ) -> None:
-    from trainhub.core.resources import Node
-
     from tests.cli.test_scheduling import ran
+    from trainhub.core.resources import Node
 
     now = time.time()
     ran(live, submit(live)["trial_ids"][0], now - 3600, now - 60, slots=2)

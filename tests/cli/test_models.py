@@ -120,9 +120,7 @@ def test_register_refuses_weights_that_do_not_fit_the_declared_architecture(
     assert "--arch" in wrong.output
 
 
-def test_delete_a_version_refused_while_a_trial_starts_from_it(
-    live: LiveServer, cli: Cli
-) -> None:
+def test_delete_a_version_refused_while_a_trial_starts_from_it(live: LiveServer, cli: Cli) -> None:
     api = live.api
     alice = api.user("alice", "vision")
     trial_id = submit(api, alice, SPEC).json()["trials"][0]["id"]
@@ -135,7 +133,8 @@ def test_delete_a_version_refused_while_a_trial_starts_from_it(
     user_trial = user.json()["trials"][0]["id"]
     refused = cli("models", "delete", "digits:2", token=alice)
     assert refused.exit_code == 2, refused.output
-    assert f"trial {user_trial}" in refused.output and "in use" in refused.output
+    assert f"trial {user_trial}" in refused.output
+    assert "in use" in refused.output
     assert cli("models", "delete", "digits", token=alice).exit_code == 2  # which version?
     deleted = cli("models", "delete", "digits:1", token=alice)
     assert deleted.exit_code == 0, deleted.output

@@ -95,7 +95,8 @@ def test_steer_from_the_command_line(live: LiveServer, cli: Cli, search: SearchS
     typo = cli("clone", str(experiment_id), "--set", "epochs=six")  # a number made text
     assert typo.exit_code == 2
     assert "an integer is expected here (6)" in typo.output
-    assert "epochs=6" in typo.output and "type: float" not in typo.output
+    assert "epochs=6" in typo.output
+    assert "type: float" not in typo.output
     assert "saved template" in cli("template", "save", "base", "--from", str(experiment_id)).output
     assert "default/base (with code" in cli("template", "ls").output
     submitted = cli("template", "submit", "base", "--set", "lr=0.05")
@@ -154,7 +155,8 @@ def test_show_says_paused_and_an_ended_experiment_cannot_be_paused(
     assert "ACTIVE" in cli("show", str(searched)).stdout
     assert cli("pause", str(searched)).exit_code == 0
     shown = cli("show", str(searched)).stdout
-    assert "PAUSED" in shown and "ACTIVE" not in shown
+    assert "PAUSED" in shown
+    assert "ACTIVE" not in shown
     assert cli("resume", str(searched)).exit_code == 0
     assert "ACTIVE" in cli("show", str(searched)).stdout
 

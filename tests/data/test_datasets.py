@@ -128,8 +128,10 @@ def test_mnist_missing_in_a_trial_says_what_a_trial_user_can_do(
         data.load("mnist")
     text = str(missing.value)
     assert "this cluster has no datasets folder" in text
-    assert "--data-dir" in text and "admin" in text  # who can fix it
-    assert 'load("digits")' in text and "root=" in text  # what the user can do now
+    assert "--data-dir" in text
+    assert "admin" in text  # who can fix it
+    assert 'load("digits")' in text
+    assert "root=" in text  # what the user can do now
     assert "set TRAINHUB_DATA_DIR" not in text
     monkeypatch.setenv("TRAINHUB_DATA_DIR", "/datasets")
     with pytest.raises(FileNotFoundError, match=r"datasets folder \(/datasets\) has no mnist/"):

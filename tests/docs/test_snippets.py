@@ -27,6 +27,7 @@ LANGUAGES = {"bash": "shell", "sh": "shell", "shell": "shell", "python": "python
 _BLOCK = re.compile(
     r"^" + re.escape(MARK) + r"[ \t]*\n```(\w+)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S
 )
+_MARKS = re.compile(r"^" + re.escape(MARK) + r"[ \t]*$", re.M)  # a marker alone on its line
 BLOCK_TIMEOUT_S = 300
 
 
@@ -52,7 +53,7 @@ def snippets(path: Path) -> list[Snippet]:
         if language is None:
             raise ValueError(f"{path}:{line}: a runnable block must be bash or python")
         found.append(Snippet(path, line, language, match.group(2)))
-    if text.count(MARK) != len(found):
+    if len(_MARKS.findall(text)) != len(found):
         raise ValueError(f"{path}: a {MARK} marker is not followed by a fenced block")
     return found
 
@@ -117,7 +118,13 @@ def _run(snippet: Snippet, cwd: Path, env: dict[str, str]) -> None:
         script.write_text(snippet.code)
         argv = [sys.executable, str(script)]
     done = subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S
+        argv,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT_S,
+        check=False,
     )
     assert done.returncode == 0, (
         f"{snippet} exited {done.returncode}\n--- block\n{snippet.code}--- stdout\n"

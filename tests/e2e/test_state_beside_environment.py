@@ -92,6 +92,7 @@ def test_the_server_refuses_state_inside_the_environment_naming_both(tmp_path: P
         env={"COLUMNS": "400"},
     )
     assert result.exit_code == 2, result.output
-    assert str(database) in result.output and str(folder) in result.output
+    assert str(database) in result.output
+    assert str(folder) in result.output
     assert "Traceback" not in result.output
     assert not database.exists()  # refused before anything was written there

@@ -137,16 +137,13 @@ def submit(
         from trainhub.cli.render import next_steps
 
         first = trials[0]["id"] if trials else None
+        log_ref = str(experiment["id"]) if len(trials) == 1 else f"trial/{first}"
         if not follow:
             steps = [(f"trainhub show {experiment['id']}", "state, attempts, metrics")]
             if first is not None:
                 steps += [
                     (f"trainhub show --trial {first} -f", "follow it live until it ends"),
-                    (
-                        f"trainhub logs {experiment['id'] if len(trials) == 1 else f'trial/{first}'}"
-                        " -f",
-                        "follow the output of rank 0",
-                    ),
+                    (f"trainhub logs {log_ref} -f", "follow the output of rank 0"),
                 ]
             steps.append((f"trainhub cancel {experiment['id']}", "cancel it"))
             out.print(next_steps(steps), end="")

@@ -27,9 +27,7 @@ ID_HELP = (
     "An experiment (22 or exp/22; its trial when it has one) or a trial (trial/34, or 34 with "
     "--trial)."
 )
-TrialOpt = Annotated[
-    bool, typer.Option("--trial", "-t", help="A bare number in ID is a trial id.")
-]
+TrialOpt = Annotated[bool, typer.Option("--trial", "-t", help="A bare number in ID is a trial id.")]
 _REF = re.compile(r"^(?:(exp|experiment|trial)[/:]?)?\s*(\d{1,18})$", re.IGNORECASE)
 
 

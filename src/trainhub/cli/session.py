@@ -38,6 +38,7 @@ def exit_code_of(status_code: int) -> int:
     """The CLI's exit code for an HTTP error status: 2 for a refusal (4xx), 1 for a fault."""
     return EXIT_INVALID_INPUT if 400 <= status_code < 500 else EXIT_API_ERROR
 
+
 # Console() looks up sys.stdout at each write, so these follow redirection (and CliRunner).
 # emoji=False: user text such as the model reference 'a:b:c' must not become an emoji.
 out = Console(highlight=False, soft_wrap=True, emoji=False)  # plain lines never break

@@ -333,9 +333,7 @@ class RegistryService:
             self.store.delete(key)
             raise
 
-    def _check_weights(
-        self, arch: Mapping[str, Any], checkpoint: Checkpoint, given: bool
-    ) -> None:
+    def _check_weights(self, arch: Mapping[str, Any], checkpoint: Checkpoint, given: bool) -> None:
         """Refuse weights that do not load into the declared architecture (the export and every
         training started from the version would fail later), naming the tensors."""
         if self.weights_check is None or not arch.get("zoo"):

@@ -539,8 +539,7 @@ def apply_change(spec: dict[str, Any], path: str, value: Any) -> None:
         # `--set lr=1e-3x` or `lr=abc` would reach the script as text: a typo, not a choice
         if isinstance(was, int):  # an integer here: suggest one (`epochs=six` -> epochs=6)
             raise InvalidRequest(
-                f"cannot set {path!r} to the text {value!r}: an integer is expected "
-                f"here ({was!r})",
+                f"cannot set {path!r} to the text {value!r}: an integer is expected here ({was!r})",
                 f"write an integer, e.g. {path}={was}, or a distribution such as "
                 f"{path}={{type: int, low: 1, high: {max(2, was * 2)}}}",
             )
