@@ -75,7 +75,7 @@ def test_the_marker_finds_blocks_and_refuses_what_it_cannot_run(tmp_path: Path) 
     found = snippets(page)
     assert [(s.language, s.code, s.line) for s in found] == [
         ("shell", "trainhub ls\n", 3),
-        ("python", "print(1)\n", 10),
+        ("python", "print(1)\n", 11),
     ]
     page.write_text(f"{MARK}\n```yaml\na: 1\n```\n")
     with pytest.raises(ValueError, match="bash or python"):

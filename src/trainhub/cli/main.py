@@ -27,6 +27,7 @@ from trainhub.cli import (
     scheduling,
     search,
 )
+from trainhub.cli.session import EXIT_CODES_HELP
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 from trainhub.core.scheduling.fair_config import FairShareConfig
 
@@ -45,7 +46,10 @@ class Sandbox(StrEnum):
 app = typer.Typer(
     name="trainhub",
     help="Deep-learning training as a service. Talks to TRAINHUB_URL with TRAINHUB_TOKEN, "
-    "or to the server saved by `trainhub login`.",
+    "or to the server saved by `trainhub login`.\n\n"
+    "Ids: an experiment is 22 or exp/22, a trial trial/34 (or 34 with --trial); logs, "
+    "metrics, debug and profile take either (an experiment stands for its one trial).\n\n"
+    + EXIT_CODES_HELP,
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals would print tokens
     context_settings={"help_option_names": ["-h", "--help"]},
