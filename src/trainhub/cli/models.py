@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from trainhub.cli.fit import print_fitted
 from trainhub.cli.session import EXIT_INVALID_INPUT, connect, fail, out
 
 app = typer.Typer(help="The model registry: versioned models made from trials' checkpoints.")
@@ -146,7 +147,7 @@ def ls(
             _metrics(latest.get("metrics") or {}),
             ", ".join(m["shared_with"]) or "-",
         )
-    out.print(table)
+    print_fitted(table, out)
 
 
 @app.command()
@@ -177,7 +178,7 @@ def show(
             _metrics(v["metrics"]),
             str(v["lineage"].get("trial_id", "-")),
         )
-    out.print(table)
+    print_fitted(table, out)
 
 
 @app.command()
@@ -296,7 +297,7 @@ def suggest(
             f"{params:,}" if params else "?",
             "; ".join(fit.reasons),
         )
-    out.print(table)
+    print_fitted(table, out)
 
 
 @app.command()
