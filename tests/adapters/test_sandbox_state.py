@@ -13,7 +13,8 @@ def test_a_database_beside_the_venv_leaves_the_venv_mountable(tmp_path: Path) ->
     for folder in (".venv/bin", "src/trainhub"):
         (clone / folder).mkdir(parents=True)
     denied = sqlite_state_files(str(clone / "th.db"))
-    assert denied == [str(clone / "th.db") + s for s in ("", "-wal", "-shm", "-journal")]
+    suffixes = ("", "-wal", "-shm", "-journal")
+    assert denied == [f"{clone / db}{s}" for db in ("th.db", "th-optuna.db") for s in suffixes]
     kept = safe_mounts([str(clone / ".venv"), str(clone / "src"), str(clone)], denied)
     # the environment is mounted; the clone itself (it holds th.db) is not
     assert sorted(kept) == [str(clone / ".venv"), str(clone / "src")]

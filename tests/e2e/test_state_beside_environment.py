@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.fixtures.control_plane import REPO, ControlPlaneProcess
-from trainhub.adapters.sandbox import bwrap_problem, environment_folders
+from trainhub.adapters.sandbox import bwrap_problem, environment_folders, sqlite_state_files
 from trainhub.cli.main import app
 
 MNIST = REPO / "examples" / "mnist"
@@ -38,8 +38,8 @@ def db_beside_venv() -> Iterator[Path]:
     try:
         yield path
     finally:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        for state in sqlite_state_files(str(path)):  # Optuna's sibling database too
+            Path(state).unlink(missing_ok=True)
 
 
 @pytest.mark.e2e

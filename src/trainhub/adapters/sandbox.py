@@ -162,12 +162,16 @@ def safe_mounts(candidates: Iterable[str], denied: Iterable[str]) -> list[str]:
 
 
 def sqlite_state_files(database: str) -> list[str]:
-    """The files of a SQLite database: itself, its write-ahead log, shared memory and journal.
+    """The files of a SQLite database: itself, its write-ahead log, shared memory and journal,
+    and the same of Optuna's sibling database (``th.db`` -> ``th-optuna.db``, see
+    adapters/optuna_search.py).
 
     These are denied one by one, never their folder: a database beside the checkout's
     ``.venv`` (``--db sqlite:///$PWD/th.db``) must not hide the Python environment."""
-    path = os.path.abspath(database)
-    return [path + suffix for suffix in ("", "-wal", "-shm", "-journal")]
+    path = Path(os.path.abspath(database))
+    optuna = path.with_name(f"{path.stem}-optuna{path.suffix or '.db'}")
+    suffixes = ("", "-wal", "-shm", "-journal")
+    return [f"{db}{suffix}" for db in (path, optuna) for suffix in suffixes]
 
 
 def environment_folders() -> list[str]:
