@@ -4,6 +4,7 @@ cell cut to "…" (issue 31, item 7)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -85,3 +86,22 @@ def test_usage_says_slot_hours_of_cpu_shares_on_a_cluster_without_gpus(
     said = cli("usage", "--days", "1").stdout
     assert "CPU-share hours: this cluster has no GPUs" in said
     assert "GPU-hours" not in said
+
+
+def test_trainhub_sim_is_readable_at_80_columns(tmp_path: Path) -> None:
+    trace = tmp_path / "philly.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-09 07:00:00,300,1,300,small\n"
+        "2017-10-09 07:00:01,100,6,600,big\n"
+        "2017-10-09 07:00:02,50,2,100,small\n"
+    )
+    args = ["sim", "--trace", str(trace), "-p", "fair", "-p", "fifo", "-p", "sjf", "-p", "las"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "80"}, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    table = result.stdout
+    assert "…" not in table
+    assert all(len(line) <= 80 for line in table.splitlines())
+    for word in ("policy", "fair", "fifo", "sjf", "las", "avg", "queue", "util"):
+        assert word in table
+    assert "not shown at 80 columns: wall s" in result.stderr
