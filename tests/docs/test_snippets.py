@@ -93,6 +93,7 @@ def test_the_main_paths_are_marked_runnable() -> None:
     assert "trainhub models register" in marked["models.md"]
     assert "trainhub models export" in marked["models.md"]
     assert "ctx.track_samples" in marked["debugging.md"]
+    assert "trainhub debug" in marked["debugging.md"]
 
 
 @pytest.fixture
