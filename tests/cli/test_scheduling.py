@@ -65,10 +65,10 @@ def test_queue_lists_trials_in_order_with_reasons(cli: Cli, live: LiveServer) ->
     assert len(lines) == 2
     assert "second" in lines[0]
     assert "largest free is 2" in lines[0]
-    assert cells(lines[0])[:3] == ["1", str(second), f"{second} second"]
+    assert cells(lines[0])[:3] == ["1", str(second), f"exp {second} second"]
     assert "tenant quota of 8 GPUs in use" in lines[1]
     row = cells(lines[1])
-    assert row[:6] == ["2", str(first), f"{first} first", "default", "admin", "normal"]
+    assert row[:6] == ["2", str(first), f"exp {first} first", "default", "admin", "normal"]
     assert row[6] in ("0s", "1s", "2s")  # waiting since it was submitted
     header = result.stdout.splitlines()[0]
     for column in ("#", "trial", "experiment", "tenant", "priority", "waiting", "pending reason"):

@@ -455,7 +455,7 @@ def _queue_cells(t: JSON, experiments: Mapping[int, JSON], now: float | None) ->
     return [
         "-" if position is None else str(position),
         str(t["id"]),
-        Text(f"{t['experiment_id']} {name}" if name else str(t["experiment_id"])),
+        Text(f"exp {t['experiment_id']} {name}" if name else f"exp {t['experiment_id']}"),
         Text(t["tenant"]),
         Text(experiment.get("owner") or "-"),
         Text(t["priority"], style=PRIORITY_STYLES.get(t["priority"], "")),
