@@ -25,6 +25,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import trainhub
+from trainhub.models import create as create_model
 from trainhub.runtime import unwrap_model
 
 # -----------------------------------------------------------------------------
@@ -38,22 +39,14 @@ sleep_per_epoch_s = 0.0  # > 0 stretches each epoch so tests can kill a rank mid
 # -----------------------------------------------------------------------------
 
 
-class LeNet5(nn.Module):
-    """LeCun et al. 1998, with ReLU and max pooling as is usual today."""
+# the model zoo's LeNet-5 (LeCun et al. 1998, ReLU and max pooling) on 32x32 inputs; the spec
+# declares the same (model.arch), so `trainhub models register` records an architecture that
+# its weights load into, and `trainhub models export` rebuilds it
+ARCH = {"zoo": "lenet5", "args": {"num_classes": 10, "image_size": 32}}
 
-    def __init__(self, num_classes: int = 10) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 6, 5)  # 32x32 -> 28x28, pooled to 14x14
-        self.conv2 = nn.Conv2d(6, 16, 5)  # 14x14 -> 10x10, pooled to 5x5
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = torch.flatten(x, 1)
-        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+def build_model() -> nn.Module:
+    return create_model(ARCH["zoo"], **ARCH["args"])
 
 
 def load_data(val_fraction: float) -> tuple[TensorDataset, TensorDataset]:
@@ -96,7 +89,7 @@ def main() -> None:
     torch.manual_seed(hp["seed"])  # DDP copies rank 0's initial weights anyway
     train_set, val_set = load_data(hp["val_fraction"])
     loader = ctx.prepare_data_loader(train_set, batch_size=hp["batch_size"], shuffle=True)
-    model = ctx.prepare_model(LeNet5())  # DDP + the spec's `distributed` strategy
+    model = ctx.prepare_model(build_model())  # DDP + the spec's `distributed` strategy
     optimizer = ctx.prepare_optimizer(torch.optim.Adam(model.parameters(), lr=hp["lr"]))
     timer = ctx.step_timer()  # where each step's time goes, reported once per epoch
 

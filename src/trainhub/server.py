@@ -188,15 +188,36 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.optuna_search import OptunaSearch
     from trainhub.adapters.ray_executor import RayExecutor, ensure_local_ray
     from trainhub.adapters.sample_gallery import DatasetGallery
-    from trainhub.adapters.sandbox import python_paths, resolve_mode
+    from trainhub.adapters.sandbox import (
+        SandboxMode,
+        SandboxUnavailable,
+        environment_folders,
+        inseparable,
+        python_paths,
+        resolve_mode,
+        sqlite_state_files,
+    )
     from trainhub.adapters.storage import LocalArtifactStore
+    from trainhub.adapters.weights_check import TorchWeightsCheck
 
-    make_private(settings)
     warnings: list[str] = []
     sandbox, why_not = resolve_mode(settings.sandbox)
     if why_not:
         log.warning("%s", why_not)
         warnings.append(why_not)
+    denied = [str(settings.home), str(settings.storage_root)]
+    if settings.database_url.startswith("sqlite"):  # the files, not their folder (issue 31)
+        denied += sqlite_state_files(settings.database_url.split("///", 1)[-1])
+    if sandbox == SandboxMode.BWRAP:
+        clash = inseparable(denied, environment_folders())
+        if clash is not None:
+            raise SandboxUnavailable(
+                f"the control plane's state {clash[0]} and the Python environment the trials "
+                f"run with ({clash[1]}) lie one inside the other: the sandbox cannot hide one "
+                "and show the other. Put the database, --home and --storage outside it "
+                "(e.g. --db sqlite:///$HOME/trainhub/th.db)"
+            )
+    make_private(settings)
     engine = make_engine(settings.database_url)
     migrate(engine)
     uow = SqlUnitOfWork(engine)
@@ -206,9 +227,6 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         num_cpus=settings.ray_num_cpus,
         num_gpus=settings.ray_num_gpus,
     )
-    denied = [settings.home, settings.storage_root]
-    if settings.database_url.startswith("sqlite"):
-        denied.append(Path(settings.database_url.split("///", 1)[-1]).parent)
     executor = RayExecutor(
         address,
         sandbox=sandbox.value,
@@ -259,9 +277,9 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     experiments = ExperimentService(
         uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
     )
-    registry = RegistryService(uow, SqlModelStore(engine), store, clock)
-    tracking = TrackingService(uow, store, clock)
-    tracking.observe_search = search.observe_trial  # a prune rides on the report's reply
+    registry = RegistryService(
+        uow, SqlModelStore(engine), store, clock, weights_check=TorchWeightsCheck()
+    )
     experiments.resolve_model = registry.pin_sources
     experiments.check_environment = environments.check_request
     datasets = DatasetService(
@@ -278,6 +296,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     )
     experiments.resolve_data = datasets.pin_data
     tracking = TrackingService(uow, store, clock)
+    tracking.observe_search = search.observe_trial  # a prune rides on the report's reply
     tracking.other_bytes = lambda tenant: (
         registry.models.bytes_of_tenant(tenant) + datasets.datasets.bytes_of_tenant(tenant)
     )

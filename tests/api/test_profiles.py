@@ -71,7 +71,14 @@ def test_profile_a_running_trial_on_every_rank(
     command = threading.Thread(
         target=lambda: answer.update(
             result=cli(
-                "profile", str(trial_id), "--steps", "5", "--wait", "60", "--out", str(tmp_path)
+                "profile",
+                f"trial/{trial_id}",
+                "--steps",
+                "5",
+                "--wait",
+                "60",
+                "--out",
+                str(tmp_path),
             )
         )
     )
@@ -205,13 +212,13 @@ def test_the_cli_says_a_script_without_profile_step_never_starts_a_profile(
     alice = served.api.user("alice", "vision")
     trial_id, _ = _two_ranks(served, alice)
     cli = Cli(served.url, alice)
-    too_many = cli("profile", str(trial_id), "--steps", "100000")
+    too_many = cli("profile", f"trial/{trial_id}", "--steps", "100000")
     assert too_many.exit_code == 2, too_many.output
     a_file = tmp_path / "trace"
     a_file.write_text("")
-    to_file = cli("profile", str(trial_id), "--out", str(a_file))
+    to_file = cli("profile", f"trial/{trial_id}", "--out", str(a_file))
     assert to_file.exit_code == 2, to_file.output
     assert "is a file" in to_file.output
-    waited = cli("profile", str(trial_id), "--steps", "2", "--wait", "0")
+    waited = cli("profile", f"trial/{trial_id}", "--steps", "2", "--wait", "0")
     assert waited.exit_code == 1, waited.output
     assert "must call ctx.profile_step() once per training step" in waited.output

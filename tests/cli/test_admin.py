@@ -20,18 +20,18 @@ def test_tenants_create_list_update(cli: Cli) -> None:
     assert "guaranteed 8" in result.stdout
     assert "limit 12" in cli("tenants", "update", "vision", "--limit", "12").stdout
     below = cli("tenants", "update", "vision", "--limit", "4")  # under the guarantee of 8
-    assert below.exit_code == 1
+    assert below.exit_code == 2
     assert "below the guarantee" in below.stderr
     both = cli("tenants", "update", "vision", "--limit", "4", "--no-limit")
     assert both.exit_code == 2
     assert "not both" in both.stderr
     duplicate = cli("tenants", "create", "vision")
-    assert duplicate.exit_code == 1
+    assert duplicate.exit_code == 2
     assert "error:" in duplicate.stderr
     invalid = cli("tenants", "create", "x", "--guaranteed", "-1")
     assert invalid.exit_code == 2  # rejected by the CLI's own option check
     refused = cli("tenants", "update", "vision", "--weight", "0")  # the server's check
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert "--weight: Input should be greater than 0" in refused.stderr  # the option's name
 
 
@@ -50,7 +50,7 @@ def test_users_and_memberships(cli: Cli) -> None:
     assert "yes" in next(line for line in listed.splitlines() if "root2" in line)
     assert cli("users", "add-to", "vision", "alice", "--role", "boss").exit_code == 2
     swapped = cli("users", "add-to", "alice", "vision")  # the user named first
-    assert swapped.exit_code == 1
+    assert swapped.exit_code == 2
     assert "the tenant comes first, then the user" in swapped.stderr
     assert "removed alice from vision" in cli("users", "remove-from", "vision", "alice").stdout
     assert "vision" not in next(
@@ -80,14 +80,14 @@ def test_tokens_create_prints_the_secret_once_and_revoke_stops_it(
     token_id = next(line.split()[0] for line in bob_tokens.splitlines() if "laptop" in line)
     assert f"revoked token {token_id}" in cli("tokens", "revoke", token_id).stdout
     refused = cli("whoami", token=secret)
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert "trainhub login" in refused.stderr
 
 
 def test_members_cannot_administer(cli: Cli, live: LiveServer) -> None:
     token = live.api.user("carol", "default")
     result = cli("tenants", "create", "mine", token=token)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "error:" in result.stderr
     assert "Traceback" not in result.output
 
@@ -106,9 +106,9 @@ def test_storage_quotas_are_set_by_admins_and_shown_in_usage(cli: Cli, live: Liv
     text = usage.stdout.split("storage (checkpoints kept now) and quotas", 1)[1]
     line = next(line for line in text.splitlines() if line.strip().startswith("vision"))
     cells = [c.strip() for c in line.split("│")]
-    assert cells == ["vision", "0.00 GB", "100.00 GB", "0.0%", "5.00 GB", "2.00 GB"]
+    assert cells == ["vision", "0 B", "100 GB", "0.0%", "5 GB", "2 GB"]
     back = cli("tenants", "update", "vision", "--default-storage")
-    assert "tenant 1099.51 GB" in back.stdout
+    assert "tenant 1.1 TB" in back.stdout  # a human unit, not "1,099.51 GB"
     # members cannot change quotas
     refused = cli("tenants", "update", "vision", "--storage-gb", "1000", token=alice)
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2

@@ -53,7 +53,7 @@ def test_login_prompts_for_the_token_and_keeps_nothing_when_it_is_refused(
     from trainhub.cli.main import app
 
     result = CliRunner().invoke(app, ["login", "--url", live.url], input="th_wrong\n")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "the API token is not valid" in result.stderr
     assert "th_wrong" not in result.output
     assert not credentials_path().exists()
@@ -88,12 +88,12 @@ def test_an_unreachable_server_says_how_to_start_one() -> None:
 
 def test_401_says_how_to_log_in(cli: Cli, live: LiveServer) -> None:
     missing = cli("ls", token=None)
-    assert missing.exit_code == 1
+    assert missing.exit_code == 2
     assert "no API token was given" in missing.stderr
     assert f"no API token is set for {live.url}" in missing.stderr
     assert f"trainhub login --url {live.url} --token TOKEN" in missing.stderr
     wrong = cli("ls", token="th_not_a_real_token")
-    assert wrong.exit_code == 1
+    assert wrong.exit_code == 2
     assert "the API token is not valid" in wrong.stderr
     assert "the token from TRAINHUB_TOKEN was refused" in wrong.stderr
 

@@ -66,7 +66,7 @@ def test_download_and_export_to_a_directory_or_a_missing_one(
     missing = tmp_path / "no" / "such"
     for command in ("download", "export"):
         result = cli("models", command, "small", "-o", str(missing / "x"), token=alice)
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == 2, result.output
         assert f"cannot write {missing / 'x'}" in result.output
     assert cli("models", "download", "small", "-o", str(tmp_path), token=alice).exit_code == 0
     assert (tmp_path / "small-v1.pt").is_file()
@@ -77,7 +77,7 @@ def test_export_with_an_input_the_model_does_not_take(
 ) -> None:
     alice, _ = registered
     wrong = cli("models", "export", "small", "--input", "1x28x28", token=alice)
-    assert wrong.exit_code == 1, wrong.output
+    assert wrong.exit_code == 2, wrong.output
     assert "does not take inputs of shape 1x28x28" in wrong.output
     malformed = cli("models", "export", "small", "--input", "abc", token=alice)
     assert malformed.exit_code == 2, malformed.output
@@ -86,7 +86,7 @@ def test_export_with_an_input_the_model_does_not_take(
 def test_a_refused_field_is_printed_once(cli: Cli, registered: tuple[str, int]) -> None:
     alice, trial_id = registered
     result = cli("models", "register", str(trial_id), "--name", "bad name!", token=alice)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.count("name:") == 1, result.output
 
 

@@ -28,7 +28,7 @@ def test_a_bad_spec_raises_api_error_with_field_paths(live: LiveServer) -> None:
 
 def test_server_side_field_errors_are_printed_by_the_cli(cli: Cli) -> None:
     result = cli("tenants", "create", "x", "--weight", "0")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "weight:" in result.stderr
 
 

@@ -32,21 +32,23 @@ def test_debug_prints_the_report_and_writes_csv_and_png(
     served_cli: tuple[Cli, int, str], tmp_path: Path
 ) -> None:
     cli, trial_id, _ = served_cli
-    result = cli("debug", str(trial_id), "--top", "5")
+    result = cli("debug", f"trial/{trial_id}", "--top", "5")
     assert result.exit_code == 0, result.output
     assert f"{NUM} samples over 6 epochs (digits); {len(FLIPPED)} flagged" in result.output
     for sample in FLIPPED:
         assert f"{sample}*" in result.output
     assert "most confused:" in result.output
     out_csv, out_png = tmp_path / "s.csv", tmp_path / "s.png"
-    result = cli("debug", str(trial_id), "--json", "--csv", str(out_csv), "--png", str(out_png))
+    result = cli(
+        "debug", f"trial/{trial_id}", "--json", "--csv", str(out_csv), "--png", str(out_png)
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output.splitlines()[0])["num_flagged"] == len(FLIPPED)
     rows = list(csv.DictReader(out_csv.open()))
     assert len(rows) == NUM
     assert out_png.read_bytes().startswith(b"\x89PNG")
-    missing = cli("debug", "999999")
-    assert missing.exit_code == 1
+    missing = cli("debug", "trial/999999")
+    assert missing.exit_code == 2  # an unknown id is a refusal of input
     assert "does not exist" in missing.output
 
 

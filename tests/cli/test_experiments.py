@@ -24,7 +24,7 @@ def test_ls_lists_experiments_newest_first_and_filters_by_state(cli: Cli, live: 
     assert "admin" in lines[0]
     assert "ACTIVE" in lines[0]
     assert "ago" in lines[0]
-    for header in ("id", "name", "tenant", "owner", "state", "trials", "created"):
+    for header in ("exp", "name", "tenant", "owner", "state", "trials", "created"):
         assert header in result.stdout
     assert cli("ls", "--state", "completed").stdout.strip() == "no experiments in state COMPLETED"
     limited = cli("ls", "--limit", "1")
@@ -101,17 +101,17 @@ def test_show_a_failed_attempt_with_exit_codes_and_detail(cli: Cli, live: LiveSe
 
 def test_show_unknown_ids_are_readable_errors(cli: Cli, live: LiveServer) -> None:
     result = cli("show", "999")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "error:" in result.stderr
     assert "999" in result.stderr
-    assert cli("show", "--trial", "999").exit_code == 1
+    assert cli("show", "--trial", "999").exit_code == 2
 
 
 def test_cancel_an_experiment_and_a_trial(cli: Cli, live: LiveServer) -> None:
     first = submit(live)
     result = cli("cancel", str(first["id"]))
     assert result.exit_code == 0, result.output
-    assert f"experiment {first['id']} (demo): CANCELED" in result.stdout
+    assert f"exp {first['id']} (demo): CANCELED" in result.stdout
     assert "trial 1: CANCELED" in result.stdout
     second = submit(live)
     trial_id = second["trial_ids"][0]
@@ -124,13 +124,15 @@ def test_cancel_an_experiment_and_a_trial(cli: Cli, live: LiveServer) -> None:
 
 def test_logs_of_a_trial_with_no_attempts(cli: Cli, live: LiveServer) -> None:
     trial_id = submit(live)["trial_ids"][0]
-    result = cli("logs", str(trial_id))
+    result = cli("logs", f"trial/{trial_id}")
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     assert f"trial {trial_id} has no attempts yet: it is QUEUED" in result.stderr
-    assert f"trainhub logs {trial_id} -f" in result.stderr
+    assert f"trainhub logs trial/{trial_id} -f" in result.stderr
     cli("cancel", "--trial", str(trial_id))
-    result = cli("logs", str(trial_id), "-f")  # ended without running: following stops at once
+    result = cli(
+        "logs", f"trial/{trial_id}", "-f"
+    )  # ended without running: following stops at once
     assert result.exit_code == 0
     assert "ended (CANCELED) without running" in result.stderr
 
@@ -142,19 +144,20 @@ def test_logs_print_raw_text_and_follow_stops_when_the_attempt_ended(
     attempt = start(live, trial_id)
     text = "epoch 1 [red]not markup[/red]\n" + "x" * 300_000 + "\nlast line\n"
     live.api.store.write_at(log_key("default", trial_id, 1, 1), 0, text.encode())
-    result = cli("logs", str(trial_id), "--rank", "1")
+    result = cli("logs", f"trial/{trial_id}", "--rank", "1")
     assert result.exit_code == 0, result.output
     assert result.stdout == text  # several chunks, no markup interpreted
     assert (
-        cli("logs", str(trial_id)).stderr.strip() == "attempt 1, rank 0 has written no output yet"
+        cli("logs", f"trial/{trial_id}").stderr.strip()
+        == "attempt 1, rank 0 has written no output yet"
     )
     finish(live, trial_id, attempt)
-    assert cli("logs", str(trial_id)).stderr.strip() == "attempt 1, rank 0 wrote no output"
-    result = cli("logs", str(trial_id), "--rank", "1", "-f", "--poll-interval-s", "0.01")
+    assert cli("logs", f"trial/{trial_id}").stderr.strip() == "attempt 1, rank 0 wrote no output"
+    result = cli("logs", f"trial/{trial_id}", "--rank", "1", "-f", "--poll-interval-s", "0.01")
     assert result.exit_code == 0
     assert result.stdout == text
-    bad = cli("logs", str(trial_id), "--rank", "7")
-    assert bad.exit_code == 1
+    bad = cli("logs", f"trial/{trial_id}", "--rank", "7")
+    assert bad.exit_code == 2
     assert "rank 7 does not exist" in bad.stderr
 
 
@@ -178,9 +181,9 @@ def test_logs_follow_moves_on_to_the_next_attempt(cli: Cli, live: LiveServer) ->
             repo, trial_id, TrialUpdate(state=TrialState.COMPLETED, ended_at=now, num_attempts=2)
         )
     live.api.store.write_at(log_key("default", trial_id, 2, 0), 0, b"second attempt\n")
-    result = cli("logs", str(trial_id), "-f", "--attempt", "1", "--poll-interval-s", "0.01")
+    result = cli("logs", f"trial/{trial_id}", "-f", "--attempt", "1", "--poll-interval-s", "0.01")
     assert result.stdout == "first attempt\n"
-    assert cli("logs", str(trial_id)).stdout == "second attempt\n"  # default: the latest
+    assert cli("logs", f"trial/{trial_id}").stdout == "second attempt\n"  # default: the latest
     from trainhub.client import TrainhubClient
 
     with TrainhubClient(live.url, live.api.admin_token) as client:
@@ -191,32 +194,68 @@ def test_logs_follow_moves_on_to_the_next_attempt(cli: Cli, live: LiveServer) ->
 
 def test_metrics_table_and_csv(cli: Cli, live: LiveServer) -> None:
     trial_id = submit(live)["trial_ids"][0]
-    assert "has reported no metrics yet" in cli("metrics", str(trial_id)).stderr
+    assert "has reported no metrics yet" in cli("metrics", f"trial/{trial_id}").stderr
     start(live, trial_id)
     with live.api.services.uow() as repo:
         repo.upsert_metrics(
             trial_id, 1, [(0, {"loss": 1.0}), (1, {"loss": 0.5, "acc": 0.75})], time.time()
         )
-    table = cli("metrics", str(trial_id)).stdout
+    table = cli("metrics", f"trial/{trial_id}").stdout
     assert "loss" in table
     assert "acc" in table
     assert "0.75" in table
-    rows = cli("metrics", str(trial_id), "--csv").stdout.splitlines()
+    rows = cli("metrics", f"trial/{trial_id}", "--csv").stdout.splitlines()
     assert rows[0] == "step,attempt,reported_at,acc,loss"
     assert rows[1].startswith("0,1,")
     assert rows[1].endswith(",,1.0")
     assert rows[2].endswith(",0.75,0.5")
-    only = cli("metrics", str(trial_id), "--csv", "--keys", "loss").stdout.splitlines()
+    only = cli("metrics", f"trial/{trial_id}", "--csv", "--keys", "loss").stdout.splitlines()
     assert only[0] == "step,attempt,reported_at,loss"
     assert len(only) == 3
     # the runtime's own metrics (step timing, communication) only on asking in the table
     with live.api.services.uow() as repo:
         repo.upsert_metrics(trial_id, 1, [(2, {"loss": 0.25, "time/step_s": 0.2})], time.time())
-    plain = cli("metrics", str(trial_id))
+    plain = cli("metrics", f"trial/{trial_id}")
     assert "time/step_s" not in plain.stdout
     assert "1 metric of the runtime not shown" in plain.stderr
-    assert "time/step_s" in cli("metrics", str(trial_id), "--all").stdout
-    assert "time/step_s" in cli("metrics", str(trial_id), "--csv").stdout.splitlines()[0]
+    assert "time/step_s" in cli("metrics", f"trial/{trial_id}", "--all").stdout
+    assert "time/step_s" in cli("metrics", f"trial/{trial_id}", "--csv").stdout.splitlines()[0]
+
+
+def test_metrics_keep_the_scripts_epochs_apart_from_ctx_watch_batches(
+    cli: Cli, live: LiveServer
+) -> None:
+    from rich.console import Console
+
+    from trainhub.cli.follow import final_view
+    from trainhub.service.records import TrialUpdate
+
+    trial_id = submit(live)["trial_ids"][0]
+    start(live, trial_id)
+    epochs = [(e, {"val_accuracy": 0.5 + e / 10}) for e in range(3)]
+    batches = [(b, {"layers/fc1/grad_norm": 0.1 * b}) for b in range(0, 340, 20)]
+    with live.api.services.uow() as repo:
+        repo.upsert_metrics(trial_id, 1, [*epochs, *batches], time.time())
+    table = cli("metrics", f"trial/{trial_id}").stdout
+    rows = [line for line in table.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 3  # the script's epochs only: no empty rows for ctx.watch's batches
+    assert "layers/" not in table
+    assert "layers/fc1/grad_norm" in cli("metrics", f"trial/{trial_id}", "--all").stdout
+    # --follow's final metrics: the script's own, at their own last step
+    with live.api.services.uow() as repo:
+        latest = {"val_accuracy": 0.7, "layers/fc1/grad_norm": 32.0, "step": 320}
+        repo.update_trial(trial_id, TrialUpdate(latest_metrics=latest))
+    shown = live.api.client.get(f"/api/v1/trials/{trial_id}", headers=live.api.headers()).json()
+    points = live.api.client.get(
+        f"/api/v1/trials/{trial_id}/metrics", headers=live.api.headers()
+    ).json()["data"]
+    console = Console(record=True, width=100)
+    console.print(final_view(shown, points))
+    text = console.export_text()
+    assert "final metrics (step 2)" in text
+    assert "val_accuracy" in text
+    assert "layers/" not in text
+    assert "step 320" not in text
 
 
 def test_cluster_nodes(cli: Cli, live: LiveServer) -> None:

@@ -172,6 +172,6 @@ def test_submit_follow(
     monkeypatch.setattr(follow_module, "follow_trial", fast)
     result = cli("submit", str(project(tmp_path)), "--follow")
     assert result.exit_code == 0, result.output
-    assert "Submitted experiment 1" in result.stdout
+    assert "Submitted exp 1" in result.stdout
     assert "final metrics (step 5)" in result.stdout
     assert "0.97" in result.stdout

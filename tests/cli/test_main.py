@@ -126,3 +126,19 @@ def test_server_defaults_come_from_the_fair_share_config() -> None:
     text = " ".join(result.output.split())
     assert f"preempted (fair share); default: {config.min_run_time_s:g}." in text
     assert f"(fair share); default: {config.preemption_cooldown_s:g}." in text
+
+
+def test_help_documents_the_ids_and_the_exit_codes() -> None:
+    from typer.testing import CliRunner
+
+    from trainhub.cli.main import app
+
+    text = " ".join(CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output.split())
+    assert "exp/22" in text
+    assert "trial/34" in text
+    assert "2 the input was refused" in text
+    assert "1 a server fault (5xx) or no server answered" in text
+    logs = " ".join(
+        CliRunner().invoke(app, ["logs", "--help"], env={"COLUMNS": "200"}).output.split()
+    )
+    assert "trial/34" in logs

@@ -75,3 +75,75 @@ def test_register_list_show_download_export_suggest_and_compress(
     bad = cli("models", "show", "nope:x", token=alice)
     assert bad.exit_code == 2
     assert "a version is a positive integer" in bad.output
+
+
+def _checkpoint(live: LiveServer, trial_id: int, own: dict[str, str], state: dict) -> None:
+    buffer = io.BytesIO()
+    torch.save({"model": state, "epoch": 1}, buffer)
+    r = live.api.client.post(
+        f"/api/v1/trials/{trial_id}/checkpoints",
+        params={"uuid": f"c{trial_id}", "step": 1, "metrics": '{"val_accuracy": 0.9}'},
+        content=buffer.getvalue(),
+        headers=own,
+    )
+    assert r.status_code == 201, r.text
+
+
+def test_register_refuses_weights_that_do_not_fit_the_declared_architecture(
+    live: LiveServer, cli: Cli
+) -> None:
+    api = live.api
+    alice = api.user("alice", "vision")
+    trial_id = submit(api, alice, SPEC).json()["trials"][0]["id"]
+    own = start_attempt(api, trial_id)
+
+    class Other(torch.nn.Module):  # a LeNet written by hand: other tensor names
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(1, 6, 5)
+            self.fc3 = torch.nn.Linear(84, 10)
+
+    _checkpoint(live, trial_id, own, Other().state_dict())
+    refused = cli("models", "register", str(trial_id), "--name", "digits", token=alice)
+    assert refused.exit_code == 2, refused.output
+    assert "does not load into lenet5" in refused.output
+    assert "missing features.0.weight" in refused.output
+    assert "unexpected conv1.weight" in refused.output
+    assert "model.arch" in refused.output  # where the architecture was declared
+    assert "digits" not in cli("models", "ls", token=alice).output  # nothing was kept
+    # --arch naming an architecture of another shape: refused at --arch, with the shapes
+    wrong = cli(
+        "models", "register", str(trial_id), "--name", "digits",
+        "--arch", '{"zoo": "lenet5", "args": {"num_classes": 3}}', token=alice,
+    )  # fmt: skip
+    assert wrong.exit_code == 2
+    assert "--arch" in wrong.output
+
+
+def test_delete_a_version_refused_while_a_trial_starts_from_it(live: LiveServer, cli: Cli) -> None:
+    api = live.api
+    alice = api.user("alice", "vision")
+    trial_id = submit(api, alice, SPEC).json()["trials"][0]["id"]
+    own = start_attempt(api, trial_id)
+    _checkpoint(live, trial_id, own, models.create("lenet5", num_classes=10).state_dict())
+    for _ in range(2):
+        assert cli("models", "register", str(trial_id), "-n", "digits", token=alice).exit_code == 0
+    user = submit(api, alice, SPEC.replace("model: {", "model: {init_from: 'digits:2', "))
+    assert user.status_code == 201, user.text
+    user_trial = user.json()["trials"][0]["id"]
+    refused = cli("models", "delete", "digits:2", token=alice)
+    assert refused.exit_code == 2, refused.output
+    assert f"trial {user_trial}" in refused.output
+    assert "in use" in refused.output
+    assert cli("models", "delete", "digits", token=alice).exit_code == 2  # which version?
+    deleted = cli("models", "delete", "digits:1", token=alice)
+    assert deleted.exit_code == 0, deleted.output
+    assert "deleted vision/digits:1" in deleted.output
+    assert cli("models", "show", "digits:1", token=alice).exit_code == 2
+    cli("cancel", "--trial", str(user_trial), token=alice)
+    assert cli("models", "delete", "digits:2", token=alice).exit_code == 0
+    # a number is never given twice: the next version is 3
+    again = cli("models", "register", str(trial_id), "-n", "digits", token=alice)
+    assert "registered vision/digits:3" in again.output
+    bob = api.user("bob", "default")
+    assert cli("models", "delete", "vision/digits:3", token=bob).exit_code == 2  # not his

@@ -65,10 +65,10 @@ def test_queue_lists_trials_in_order_with_reasons(cli: Cli, live: LiveServer) ->
     assert len(lines) == 2
     assert "second" in lines[0]
     assert "largest free is 2" in lines[0]
-    assert cells(lines[0])[:3] == ["1", str(second), f"{second} second"]
+    assert cells(lines[0])[:3] == ["1", str(second), f"exp {second} second"]
     assert "tenant quota of 8 GPUs in use" in lines[1]
     row = cells(lines[1])
-    assert row[:6] == ["2", str(first), f"{first} first", "default", "admin", "normal"]
+    assert row[:6] == ["2", str(first), f"exp {first} first", "default", "admin", "normal"]
     assert row[6] in ("0s", "1s", "2s")  # waiting since it was submitted
     header = result.stdout.splitlines()[0]
     for column in ("#", "trial", "experiment", "tenant", "priority", "waiting", "pending reason"):
@@ -109,7 +109,7 @@ def test_priority_changes_and_is_shown_in_the_queue(cli: Cli, live: LiveServer) 
 
     member = live.api.user("mia", "default")
     refused = cli("priority", str(trial_id), "urgent", token=member)
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert "only cluster admins may set priority 'urgent'" in refused.stderr
     assert "hint: use 'high'" in refused.stderr
     assert "Traceback" not in refused.output
@@ -117,12 +117,12 @@ def test_priority_changes_and_is_shown_in_the_queue(cli: Cli, live: LiveServer) 
     bad = cli("priority", str(trial_id), "asap")
     assert bad.exit_code == 2  # not one of the levels: the CLI refuses it itself
     missing = cli("priority", "9999", "low")
-    assert missing.exit_code == 1
+    assert missing.exit_code == 2
     assert "trial 9999 does not exist" in missing.stderr
     with live.api.services.uow() as repo:
         write_trial(repo, trial_id, TrialUpdate(state=TrialState.CANCELED, ended_at=time.time()))
     ended = cli("priority", str(trial_id), "low")
-    assert ended.exit_code == 1
+    assert ended.exit_code == 2
     assert "already ended" in ended.stderr
 
 

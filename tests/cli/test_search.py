@@ -85,16 +85,18 @@ def test_steer_from_the_command_line(live: LiveServer, cli: Cli, search: SearchS
     assert "/9 trials" in out
     cloned = cli("clone", str(experiment_id), "--set", "lr=0.05", "--set", "searcher.max_trials=3")
     assert cloned.exit_code == 0, cloned.output
-    assert "submitted experiment" in cloned.output
+    assert "submitted exp " in cloned.output
     bad = cli("clone", str(experiment_id), "--set", "lr")
     assert bad.exit_code == 2
     assert "PATH=VALUE" in bad.output
     wrong = cli("clone", str(experiment_id), "--set", "searcher.sampler=annealing")
-    assert wrong.exit_code == 1
+    assert wrong.exit_code == 2  # a refusal of input (4xx)
     assert "searcher.sampler" in wrong.output
-    typo = cli("clone", str(experiment_id), "--set", "epochs=6x")  # a number made text
-    assert typo.exit_code == 1
-    assert "it is a number here (6)" in typo.output
+    typo = cli("clone", str(experiment_id), "--set", "epochs=six")  # a number made text
+    assert typo.exit_code == 2
+    assert "an integer is expected here (6)" in typo.output
+    assert "epochs=6" in typo.output
+    assert "type: float" not in typo.output
     assert "saved template" in cli("template", "save", "base", "--from", str(experiment_id)).output
     assert "default/base (with code" in cli("template", "ls").output
     submitted = cli("template", "submit", "base", "--set", "lr=0.05")
@@ -115,3 +117,54 @@ def test_the_table_says_why_a_trial_was_pruned_in_few_words() -> None:
     )
     assert _short_why("paused by alice") == "paused by alice"
     assert _short_why(None) == ""
+
+
+def test_one_id_space_an_experiment_or_a_trial(
+    live: LiveServer, cli: Cli, search: SearchService
+) -> None:
+    searched = submit(live, SEARCH)["id"]
+    search.tick()  # two trials
+    single = submit(live)
+    exp_id, trial_id = single["id"], single["trial_ids"][0]
+    assert exp_id != trial_id  # the two id spaces differ here, as they do for users
+    # an experiment with one trial stands for it
+    for ref in (str(exp_id), f"exp/{exp_id}", f"trial/{trial_id}"):
+        said = cli("metrics", ref)
+        assert said.exit_code == 0, said.output
+        assert f"trial {trial_id} has reported no metrics yet" in said.stderr
+    assert f"trial {trial_id} has no attempts" in cli("logs", str(trial_id), "--trial").stderr
+    # a search: which trial? its trials are listed, ready to copy
+    which = cli("logs", str(searched))
+    assert which.exit_code == 2
+    assert f"exp {searched} has 2 trials; which one?" in which.stderr
+    assert which.stderr.count("trainhub logs trial/") == 2
+    for wrong in (["logs", "abc"], ["logs", f"exp/{exp_id}", "--trial"]):
+        refused = cli(*wrong)
+        assert refused.exit_code == 2, refused.output
+        assert "error:" in refused.stderr
+    assert cli("metrics", "9999").exit_code == 2  # an unknown experiment: a 404, refused input
+
+
+def test_show_says_paused_and_an_ended_experiment_cannot_be_paused(
+    live: LiveServer, cli: Cli, search: SearchService
+) -> None:
+    from tests.cli.helpers import finish
+
+    searched = submit(live, SEARCH)["id"]
+    search.tick()
+    assert "ACTIVE" in cli("show", str(searched)).stdout
+    assert cli("pause", str(searched)).exit_code == 0
+    shown = cli("show", str(searched)).stdout
+    assert "PAUSED" in shown
+    assert "ACTIVE" not in shown
+    assert cli("resume", str(searched)).exit_code == 0
+    assert "ACTIVE" in cli("show", str(searched)).stdout
+
+    single = submit(live)
+    attempt = start(live, single["trial_ids"][0])
+    finish(live, single["trial_ids"][0], attempt)
+    for verb in ("pause", "resume"):
+        refused = cli(verb, str(single["id"]))
+        assert refused.exit_code == 2, refused.output
+        assert f"experiment {single['id']} has ended (COMPLETED)" in refused.stderr
+        assert f"nothing to {verb}" in refused.stderr

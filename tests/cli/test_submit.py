@@ -50,7 +50,7 @@ def test_submit_uploads_the_context_without_excluded_files(
     spec = project(tmp_path)
     result = cli("submit", str(spec))
     assert result.exit_code == 0, result.output
-    assert "Submitted experiment 1 (demo) to tenant default: trial 1 QUEUED" in result.stdout
+    assert "Submitted exp 1 (demo) to tenant default: trial 1 QUEUED" in result.stdout
     assert "trainhub logs 1 -f" in result.stdout
     assert "trainhub show 1" in result.stdout
     names = uploaded_names(live, "default", 1)
@@ -176,7 +176,7 @@ def test_server_side_errors_are_printed_with_their_hint(
 ) -> None:
     spec = project(tmp_path)
     result = cli("submit", str(spec), "--tenant", "nosuch")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "error:" in result.stderr
     assert "nosuch" in result.stderr
 
@@ -191,7 +191,7 @@ def test_what_no_node_holds_is_refused_by_the_server_with_the_field_lines(
     ]
     spec = project(tmp_path, SPEC + "resources: {memory_gb_per_worker: 64}\n")
     result = cli("submit", str(spec))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "resources.memory_gb_per_worker: asks for 64 GB per worker" in result.stderr
     assert "16 GB memory" in result.stderr
     assert "hint: fix the fields above and submit again" in result.stderr  # not the JSON's

@@ -106,3 +106,23 @@ def test_missing_entrypoint_file_is_rejected() -> None:
     with pytest.raises(InvalidSpec) as info:
         check_entrypoint_exists(spec, {"other.py"})
     assert paths(info.value) == ["entrypoint"]
+
+
+def test_a_key_written_twice_is_refused_at_its_field_path() -> None:
+    from trainhub.core.errors import InvalidSpec
+    from trainhub.core.spec import parse_spec
+
+    text = (
+        "name: demo\nentrypoint: python train.py\n"
+        "hyperparameters:\n  lr: 0.1\n  epochs: 3\n  lr: 0.01\n"
+    )
+    with pytest.raises(InvalidSpec) as refused:
+        parse_spec(text)
+    (error,) = refused.value.errors
+    assert error.path == "hyperparameters.lr"
+    assert "lines 4 and 6" in error.message
+    # the same key in two mappings, and YAML merge keys, are not duplicates
+    parse_spec(
+        "name: demo\nentrypoint: python train.py\n"
+        "hyperparameters: {lr: 0.1}\nsearcher: {metric: lr}\n"
+    )

@@ -114,3 +114,28 @@ def test_synthetic_is_deterministic_and_any_size() -> None:
 def test_unknown_dataset() -> None:
     with pytest.raises(ValueError, match="available: cifar10, digits, mnist, synthetic"):
         data.load("imagenet")
+
+
+def test_mnist_missing_in_a_trial_says_what_a_trial_user_can_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trainhub.data import mnist
+
+    monkeypatch.setattr(mnist, "default_root", lambda: None)
+    monkeypatch.setenv("TRAINHUB_TRIAL_ID", "34")
+    monkeypatch.delenv("TRAINHUB_DATA_DIR", raising=False)
+    with pytest.raises(FileNotFoundError) as missing:
+        data.load("mnist")
+    text = str(missing.value)
+    assert "this cluster has no datasets folder" in text
+    assert "--data-dir" in text
+    assert "admin" in text  # who can fix it
+    assert 'load("digits")' in text
+    assert "root=" in text  # what the user can do now
+    assert "set TRAINHUB_DATA_DIR" not in text
+    monkeypatch.setenv("TRAINHUB_DATA_DIR", "/datasets")
+    with pytest.raises(FileNotFoundError, match=r"datasets folder \(/datasets\) has no mnist/"):
+        data.load("mnist")
+    monkeypatch.delenv("TRAINHUB_TRIAL_ID")
+    with pytest.raises(FileNotFoundError, match="/datasets/mnist does not exist"):
+        data.load("mnist")

@@ -38,7 +38,7 @@ def test_debug_lists_the_flipped_samples_first(
     }
     png = tmp_path / "top.png"
     result = CliRunner().invoke(
-        app, ["debug", str(trial_id), "--top", "30", "--json", "--png", str(png)], env=env
+        app, ["debug", f"trial/{trial_id}", "--top", "30", "--json", "--png", str(png)], env=env
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output.splitlines()[0])
@@ -46,7 +46,7 @@ def test_debug_lists_the_flipped_samples_first(
     assert len(set(top) & flipped) >= 27, (top, sorted(flipped))
     assert report["num_samples"] == len(data.load("digits").train)
     assert png.read_bytes().startswith(b"\x89PNG")
-    table = CliRunner().invoke(app, ["debug", str(trial_id), "--top", "5"], env=env)
+    table = CliRunner().invoke(app, ["debug", f"trial/{trial_id}", "--top", "5"], env=env)
     assert table.exit_code == 0, table.output
     assert "Most suspicious samples" in table.output
     assert "most confused" in table.output

@@ -291,7 +291,7 @@ searcher: {metric: acc}
     result = CliRunner().invoke(app, [*args, "--from-checkpoint", str(source)], env=env)
     assert result.exit_code == 0, result.output
     clone = max(plane.request("GET", "/experiments").json()["data"], key=lambda e: e["id"])
-    assert f"submitted experiment {clone['id']}" in result.output
+    assert f"submitted exp {clone['id']}" in result.output
     trial_id = experiment(plane, clone["id"])["trials"][0]["id"]
     trial = plane.wait_for(trial_id, lambda t: t["state"] == "COMPLETED", 90, "COMPLETED")
     assert trial["hparams"] == {"q": 0.7, "steps": 5, "sleep_s": 0.05}

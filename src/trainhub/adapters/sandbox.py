@@ -161,6 +161,47 @@ def safe_mounts(candidates: Iterable[str], denied: Iterable[str]) -> list[str]:
     return outer
 
 
+def sqlite_state_files(database: str) -> list[str]:
+    """The files of a SQLite database: itself, its write-ahead log, shared memory and journal,
+    and the same of Optuna's sibling database (``th.db`` -> ``th-optuna.db``, see
+    adapters/optuna_search.py).
+
+    These are denied one by one, never their folder: a database beside the checkout's
+    ``.venv`` (``--db sqlite:///$PWD/th.db``) must not hide the Python environment."""
+    path = Path(os.path.abspath(database))
+    optuna = path.with_name(f"{path.stem}-optuna{path.suffix or '.db'}")
+    suffixes = ("", "-wal", "-shm", "-journal")
+    return [f"{db}{suffix}" for db in (path, optuna) for suffix in suffixes]
+
+
+def environment_folders() -> list[str]:
+    """The folders a rank cannot run without: the interpreter's prefixes and folder, its
+    site-packages, and the folder trainhub is imported from (``src`` of a checkout)."""
+    import sysconfig
+
+    found = [sys.prefix, sys.exec_prefix, os.path.dirname(sys.executable)]
+    found += [sysconfig.get_paths()[key] for key in ("purelib", "platlib")]
+    found.append(str(Path(__file__).resolve().parents[2]))
+    return list(dict.fromkeys(os.path.abspath(p) for p in found))
+
+
+def inseparable(denied: Iterable[str], needed: Iterable[str]) -> tuple[str, str] | None:
+    """A denied path that lies inside (or holds) a folder the sandbox must mount, as
+    (denied, folder).
+
+    Such a path cannot be hidden from the ranks without hiding the folder (the Python
+    environment) too; the control plane refuses to start then, naming both."""
+    folders = [os.path.abspath(f) for f in needed]
+    for raw in denied:
+        path = os.path.abspath(raw)
+        for folder in folders:
+            if folder in ("/", *SYSTEM_DIRS):
+                continue
+            if _within(path, folder) or _within(folder, path):
+                return path, folder
+    return None
+
+
 def gpu_devices() -> tuple[str, ...]:
     """The NVIDIA device nodes of this machine (all of them; CUDA_VISIBLE_DEVICES narrows)."""
     return tuple(sorted(glob.glob("/dev/nvidia*")))

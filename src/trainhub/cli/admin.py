@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from trainhub.cli.fit import print_fitted
 from trainhub.cli.session import connect, fail, out
 
 tenants_app = typer.Typer(
@@ -53,7 +54,7 @@ def tenants_ls() -> None:
             _slots(t["limit_slots"]),
             f"{t['weight']:g}",
         )
-    out.print(table)
+    print_fitted(table, out)
 
 
 @tenants_app.command("create")
@@ -124,7 +125,9 @@ def _bytes(gb: float | None) -> int | None:
 
 
 def _gb(size: int) -> str:
-    return f"{size / 1e9:g} GB"
+    from trainhub.cli.context import human_bytes
+
+    return human_bytes(size)
 
 
 # -- users --
@@ -150,7 +153,7 @@ def users_ls() -> None:
             "yes" if u["active"] else "no",
             Text(roles),
         )
-    out.print(table)
+    print_fitted(table, out)
 
 
 @users_app.command("create")
@@ -238,7 +241,7 @@ def tokens_ls() -> None:
             ago(t["last_used_at"]),
             Text("revoked", style="red") if t["revoked"] else Text("active", style="green"),
         )
-    out.print(table)
+    print_fitted(table, out)
 
 
 @tokens_app.command("create")
@@ -314,7 +317,7 @@ def cluster() -> None:
             _memory(n),
             Text(", ".join(f"{k}={v}" for k, v in sorted(n["labels"].items()))),
         )
-    out.print(table)
+    print_fitted(table, out)
     alive = sum(1 for n in c["nodes"] if n["alive"])
     out.print(
         f"{alive}/{len(c['nodes'])} nodes alive, {c['total_gpus']} GPUs, {c['total_cpus']:g} CPUs, "

@@ -170,8 +170,9 @@ def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    """``1.1 TB`` rather than ``1,099.51 GB``: decimal units, as the quota options take them."""
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.3g} {unit}"
         n /= 1000
     raise AssertionError("unreachable")

@@ -10,17 +10,20 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from trainhub.cli.fit import print_fitted
+from trainhub.cli.ids import ID_HELP, TrialOpt, parse_ref, trial_of
 from trainhub.cli.session import EXIT_INVALID_INPUT, connect, fail, out
 
 
 def debug(
-    trial: Annotated[
+    target: Annotated[
         str,
         typer.Argument(
-            metavar="TRIAL",
-            help="A trial id, or a standalone run's trainhub-samples.jsonl file.",
+            metavar="ID",
+            help=ID_HELP + " Or a standalone run's trainhub-samples.jsonl file.",
         ),
     ],
+    trial: TrialOpt = False,
     top: Annotated[int, typer.Option("--top", "-n", min=0, max=1000, help="Samples listed.")] = 20,
     csv_file: Annotated[
         Path | None, typer.Option("--csv", help="Write every sample's scores to this CSV file.")
@@ -54,14 +57,14 @@ def debug(
                 "pass a file in an existing directory",
                 code=EXIT_INVALID_INPUT,
             )
-    if not trial.isdigit():
-        report, png = _local_report(Path(trial), top, score, png_file is not None, csv_file)
+    if Path(target).suffix in (".jsonl", ".json") or Path(target).is_file():
+        report, png = _local_report(Path(target), top, score, png_file is not None, csv_file)
         if png_file is not None and png is not None:
             png_file.write_bytes(png)
         _show(report, as_json, csv_file, png_file if png is not None else None)
         return
-    trial_id = int(trial)
     with connect() as client:
+        trial_id = trial_of(client, parse_ref(target, trial), "debug")
         report = client.debug_report(trial_id, top=top, score=score)
         if csv_file is not None:
             csv_file.write_text(client.debug_csv(trial_id, score=score))
@@ -159,7 +162,7 @@ def _print_report(report: dict[str, Any]) -> None:
             f"{s['aum']:.3f}", f"{s['confidence']:.3f}", str(s["forgetting"]), s["region"],
         )  # fmt: skip
     if report["suspicious"]:
-        out.print(table)
+        print_fitted(table, out, hint="widen the terminal, or --json / --csv FILE")
         out.print("* flagged (AUM < 0)")
     classes = report["classes"]
     accuracy = Table(title="Per class (latest epoch)", title_justify="left")

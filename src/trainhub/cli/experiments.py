@@ -12,6 +12,8 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
+from trainhub.cli.fit import print_fitted
+from trainhub.cli.ids import ID_HELP, TrialOpt, parse_ref, trial_of
 from trainhub.cli.session import (
     EXIT_INTERRUPTED,
     EXIT_INVALID_INPUT,
@@ -128,19 +130,20 @@ def submit(
         experiment = client.submit_experiment(spec_yaml, packed.data, tenant)
         trials = experiment["trials"]
         out.print(
-            f"Submitted experiment [bold]{experiment['id']}[/] ({escape(experiment['name'])}) "
+            f"Submitted exp [bold]{experiment['id']}[/] ({escape(experiment['name'])}) "
             f"to tenant {escape(experiment['tenant'])}: "
             + ", ".join(f"trial [bold]{t['id']}[/] {t['state']}" for t in trials)
         )
         from trainhub.cli.render import next_steps
 
         first = trials[0]["id"] if trials else None
+        log_ref = str(experiment["id"]) if len(trials) == 1 else f"trial/{first}"
         if not follow:
             steps = [(f"trainhub show {experiment['id']}", "state, attempts, metrics")]
             if first is not None:
                 steps += [
                     (f"trainhub show --trial {first} -f", "follow it live until it ends"),
-                    (f"trainhub logs {first} -f", "follow the output of rank 0"),
+                    (f"trainhub logs {log_ref} -f", "follow the output of rank 0"),
                 ]
             steps.append((f"trainhub cancel {experiment['id']}", "cancel it"))
             out.print(next_steps(steps), end="")
@@ -219,7 +222,7 @@ def ls(
     if not page["data"]:
         out.print("no experiments" + (f" in state {state.value}" if state else ""))
         return
-    out.print(experiments_table(page["data"]))
+    print_fitted(experiments_table(page["data"]), out, drop_first=("owner", "tenant"))
     if page["count"] > len(page["data"]):
         err.print(f"[dim]showing {len(page['data'])} of {page['count']}; use --limit[/]")
 
@@ -254,12 +257,12 @@ def show(
         if follow:
             if len(trial_ids) != 1:
                 raise fail(
-                    f"experiment {id_} has {len(trial_ids)} trials",
+                    f"exp {id_} has {len(trial_ids)} trials",
                     "follow one of them with `trainhub show --trial ID -f`",
                 )
             raise typer.Exit(_follow(client, trial_ids[0]))
-        out.print(experiment_view(experiment))
         searcher = (experiment.get("spec") or {}).get("searcher") or {}
+        progress = None
         if (
             searcher.get("sampler")
             or searcher.get("pruner")
@@ -269,12 +272,35 @@ def show(
                 "single",
             )
         ):
+            progress = client.search_progress(id_)
+        search_state = progress["search_state"] if progress else None
+        experiment = {**experiment, "state": shown_state(experiment, search_state)}
+        out.print(experiment_view(experiment))
+        if progress is not None:
             from trainhub.cli.search import progress_line
 
-            out.print(progress_line(client.search_progress(id_)))  # done/running/pruned, best
+            out.print(progress_line(progress))  # done/running/pruned, best
         if len(trial_ids) == 1:
             out.print()
             out.print(trial_view(client.get_trial(trial_ids[0])))
+
+
+def shown_state(experiment: JSON, search_state: str | None) -> str:
+    """The state a user sees: PAUSED for an unfinished experiment whose search is paused, or
+    whose unfinished trials are all paused (the stored state says ACTIVE)."""
+    state = str(experiment["state"])
+    if state != ExperimentState.ACTIVE:
+        return state
+    if search_state == "PAUSED":
+        return "PAUSED"
+    unfinished = [
+        t["state"]
+        for t in experiment.get("trials") or []
+        if t["state"] not in ("COMPLETED", "FAILED", "CANCELED", "PRUNED")
+    ]
+    if unfinished and all(s in ("PAUSED",) for s in unfinished):
+        return "PAUSED"
+    return state
 
 
 def cancel(
@@ -293,7 +319,7 @@ def cancel(
             out.print(f"trial {id_}: {_cancel_state(trials[0])}")
             return
         experiment = client.cancel_experiment(id_)
-        out.print(f"experiment {id_} ({escape(experiment['name'])}): {experiment['state']}")
+        out.print(f"exp {id_} ({escape(experiment['name'])}): {experiment['state']}")
         for t in experiment["trials"]:
             out.print(f"  trial {t['id']}: {_cancel_state(t)}")
 
@@ -308,7 +334,8 @@ def _cancel_state(t: JSON) -> str:
 
 
 def logs(
-    trial_id: Annotated[int, typer.Argument(metavar="TRIAL_ID")],
+    ref: Annotated[str, typer.Argument(metavar="ID", help=ID_HELP)],
+    trial: TrialOpt = False,
     rank: Annotated[int, typer.Option("--rank", "-r", min=0, help="Which rank's output.")] = 0,
     attempt: Annotated[
         int | None, typer.Option("--attempt", "-a", min=1, help="Default: the latest.")
@@ -323,10 +350,12 @@ def logs(
         typer.Option("--env", help="Print the build log of the trial's environment instead."),
     ] = False,
 ) -> None:
-    """Print the output (stdout and stderr) of one rank of a trial."""
+    """Print the output (stdout and stderr) of one rank of a trial.
+
+    ID is an experiment (its trial) or a trial: `trainhub logs 22`, `trainhub logs trial/34`."""
     if env:
         with connect() as client:
-            found = client.trial_environment(trial_id)
+            found = client.trial_environment(trial_of(client, parse_ref(ref, trial), "logs"))
         sys.stdout.write(found["build_log"].rstrip("\n") + "\n" if found["build_log"] else "")
         key = (found["key"] or found["request_key"])[:12]
         err.print(f"[dim]environment {key}: {found['state']}[/]")
@@ -334,17 +363,19 @@ def logs(
             err.print(escape(found["error"]))
         return
     with connect() as client:
+        trial_id = trial_of(client, parse_ref(ref, trial), "logs")
         first = client.read_logs(trial_id, rank, attempt, 0, limit=1)
         if first["attempt"] == 0:
             t = client.get_trial(trial_id)
             why = f" ({t['pending_reason']})" if t.get("pending_reason") else ""
+            ref = f"trial/{trial_id}"
             if first["complete"]:
                 err.print(f"trial {trial_id} ended ({t['state']}) without running")
                 return
             if not follow:
                 err.print(
                     f"trial {trial_id} has no attempts yet: it is {t['state']}{escape(why)}; "
-                    f"follow its output with `trainhub logs {trial_id} -f`"
+                    f"follow its output with `trainhub logs {ref} -f`"
                 )
                 return
             err.print(f"[dim]waiting for trial {trial_id} to start: {t['state']}{escape(why)}[/]")
@@ -368,7 +399,8 @@ def logs(
 
 
 def metrics(
-    trial_id: Annotated[int, typer.Argument(metavar="TRIAL_ID")],
+    ref: Annotated[str, typer.Argument(metavar="ID", help=ID_HELP)],
+    trial: TrialOpt = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
     keys: Annotated[
         str | None, typer.Option("--keys", "-k", help="Comma-separated metric names to show.")
@@ -377,16 +409,21 @@ def metrics(
         bool,
         typer.Option(
             "--all",
-            help="The table shows the runtime's own metrics too (time/*, comm/*, "
-            "throughput/*, layers/*); CSV always has them.",
+            help="The table shows the runtime's own series too: step timing and "
+            "communication (time/*, comm/*, throughput/*) and ctx.watch's layer statistics "
+            "(layers/*), with their own steps; CSV always has them.",
         ),
     ] = False,
 ) -> None:
-    """Print the metrics a trial reported, one row per step."""
+    """Print the metrics a trial reported, one row per step.
+
+    ID is an experiment (its trial) or a trial: `trainhub metrics 22`, `trainhub metrics
+    trial/34`."""
     from trainhub.cli.render import metric_keys, metric_points_table
     from trainhub.core.step_timing import is_runtime_metric
 
     with connect() as client:
+        trial_id = trial_of(client, parse_ref(ref, trial), "metrics")
         points = client.list_metrics(trial_id, limit=100_000)
     names = [k.strip() for k in keys.split(",") if k.strip()] if keys else metric_keys(points)
     hidden: list[str] = []
@@ -405,7 +442,11 @@ def metrics(
     if not points:
         err.print(f"trial {trial_id} has reported no metrics yet")
         return
-    out.print(metric_points_table(points, names))
+    # only the steps that reported a shown metric: ctx.watch's per-batch steps would otherwise
+    # add rows empty of the script's own (per-epoch) metrics
+    shown = set(names)
+    rows = [p for p in points if shown.intersection(p["values"])]
+    print_fitted(metric_points_table(rows, names), out, keep=("step",))
     if hidden:
         plural = "s" if len(hidden) != 1 else ""
         err.print(

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from trainhub.cli import render
 from trainhub.client import TERMINAL_STATES
-from trainhub.core.step_timing import split_metrics
+from trainhub.core.step_timing import is_runtime_metric, split_metrics
 
 if TYPE_CHECKING:
     from trainhub.client import TrainhubClient
@@ -45,8 +45,20 @@ def live_view(trial: JSON, now: float | None = None) -> RenderableType:
     return Group(*parts)
 
 
-def final_view(trial: JSON) -> RenderableType:
-    """The summary printed once the trial has ended: outcome, final metrics, timings."""
+def last_values(points: list[JSON] | None) -> dict[str, tuple[Any, int]]:
+    """Each metric's last value and the step it was reported at (``ctx.watch`` reports per
+    batch, the script per epoch: one "latest step" would be right for neither)."""
+    last: dict[str, tuple[Any, int]] = {}
+    for p in sorted(points or [], key=lambda p: (p["attempt"], p["step"])):
+        for key, value in p["values"].items():
+            last[key] = (value, int(p["step"]))
+    return last
+
+
+def final_view(trial: JSON, points: list[JSON] | None = None) -> RenderableType:
+    """The summary printed once the trial has ended: outcome, the script's own final metrics
+    (each at its own last step, when ``points`` are given), timings; the runtime's layer and
+    system series stay in `trainhub metrics --all`."""
     parts: list[RenderableType] = [render.trial_status_line(trial)]
     if trial.get("message"):
         style = "red" if trial["state"] == "FAILED" else "dim"
@@ -55,10 +67,20 @@ def final_view(trial: JSON) -> RenderableType:
     if trial["state"] == "FAILED" and attempts and attempts[-1].get("detail"):
         parts.append(Text(f"last attempt: {attempts[-1]['detail']}", style="red"))
     plain, profiling = split_metrics(trial.get("latest_metrics") or {})
+    plain = {k: v for k, v in plain.items() if not is_runtime_metric(k)}
     if plain:
-        step = trial["latest_metrics"].get("step")
+        last = last_values(points)
+        steps = {last[k][1] for k in plain if k in last}
+        if not steps:  # no points to read each metric's step from: the trial's latest step
+            step = trial["latest_metrics"].get("step")
+        else:
+            step = steps.pop() if len(steps) == 1 else None
         title = "final metrics" + (f" (step {step})" if step is not None else "")
-        parts += [Text(""), render.metrics_table(plain, title)]
+        if len(steps) > 1:  # several steps: each metric says its own
+            values = {k: f"{render.fmt_value(v)} (step {last[k][1]})" for k, v in plain.items()}
+            parts += [Text(""), render.metrics_table(values, title)]
+        else:
+            parts += [Text(""), render.metrics_table(plain, title)]
     timing = render.timing_table(profiling)
     if timing is not None:
         parts += [Text(""), timing]
@@ -169,7 +191,8 @@ def follow_trial(
                 console.print(_change_line(trial))
                 last = key
             print_output(trial)
-    console.print(final_view(trial))
+    points = client.list_metrics(trial_id, limit=100_000)
+    console.print(final_view(trial, points))
     return trial
 
 

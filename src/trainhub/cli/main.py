@@ -29,6 +29,7 @@ from trainhub.cli import (
     scheduling,
     search,
 )
+from trainhub.cli.session import EXIT_CODES_HELP
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 from trainhub.core.scheduling.fair_config import FairShareConfig
 
@@ -47,7 +48,10 @@ class Sandbox(StrEnum):
 app = typer.Typer(
     name="trainhub",
     help="Deep-learning training as a service. Talks to TRAINHUB_URL with TRAINHUB_TOKEN, "
-    "or to the server saved by `trainhub login`.",
+    "or to the server saved by `trainhub login`.\n\n"
+    "Ids: an experiment is 22 or exp/22, a trial trial/34 (or 34 with --trial); logs, "
+    "metrics, debug and profile take either (an experiment stands for its one trial).\n\n"
+    + EXIT_CODES_HELP,
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals would print tokens
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -282,8 +286,12 @@ def server(
         settings = dataclasses.replace(settings, reclaim_patience=reclaim_patience)
     from sqlalchemy.exc import OperationalError
 
+    from trainhub.adapters.sandbox import SandboxUnavailable
+
     try:
         serve(settings)
+    except SandboxUnavailable as exc:  # e.g. the database inside the Python environment
+        raise fail(f"cannot start: {exc}", code=2) from None
     except OperationalError as exc:
         raise fail(
             f"cannot open the database {_redact(settings.database_url)}: {exc.orig or exc}",

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from trainhub.cli.fit import print_fitted
 from trainhub.cli.session import EXIT_INVALID_INPUT, connect, fail, out
 
 app = typer.Typer(help="The model registry: versioned models made from trials' checkpoints.")
@@ -46,7 +47,7 @@ def _version_of(client: Any, ref: str, tenant: str | None) -> dict[str, Any]:
     model = client.get_model(name, owner or tenant)
     if version is None:
         if model["latest"] is None:
-            raise fail(f"model {name} has no version")
+            raise fail(f"model {name} has no version", code=EXIT_INVALID_INPUT)
         found: dict[str, Any] = model["latest"]
         return found
     found = client.get_model_version(name, version, model["tenant"])
@@ -69,7 +70,9 @@ def _write(target: Path, data: bytes) -> None:
         target.write_bytes(data)
     except OSError as exc:
         raise fail(
-            f"cannot write {target}: {exc.strerror or exc}", "pass -o FILE in a writable directory"
+            f"cannot write {target}: {exc.strerror or exc}",
+            "pass -o FILE in a writable directory",
+            code=EXIT_INVALID_INPUT,
         ) from None
 
 
@@ -115,7 +118,9 @@ def register(
         version = client.register_model(
             trial_id, name, checkpoint, description=description, arch=arch_value
         )
-    out.print(f"registered {version['ref']} ({version['size_bytes']} bytes)")
+    from trainhub.cli.context import human_bytes
+
+    out.print(f"registered {version['ref']} ({human_bytes(version['size_bytes'])})")
     out.print(f"start from it with  model: {{init_from: {version['ref']}}}")
 
 
@@ -142,7 +147,7 @@ def ls(
             _metrics(latest.get("metrics") or {}),
             ", ".join(m["shared_with"]) or "-",
         )
-    out.print(table)
+    print_fitted(table, out)
 
 
 @app.command()
@@ -173,7 +178,7 @@ def show(
             _metrics(v["metrics"]),
             str(v["lineage"].get("trial_id", "-")),
         )
-    out.print(table)
+    print_fitted(table, out)
 
 
 @app.command()
@@ -208,6 +213,30 @@ def share(
         model = client.share_model(model_name, tenant, not stop, owner)
     shared = ", ".join(model["shared_with"]) or "nobody"
     out.print(f"{model['tenant']}/{model['name']} shared with: {shared}")
+
+
+@app.command()
+def delete(
+    ref: Annotated[
+        str, typer.Argument(metavar="NAME:VERSION", help="The version to delete, e.g. lenet:2.")
+    ],
+    tenant: TenantOpt = None,
+) -> None:
+    """Delete one version of a model and its weights (refused while a trial uses it).
+
+    Its number is never given to another version: a spec that names NAME:VERSION never
+    starts from other weights."""
+    owner, model_name, version = _split(ref)
+    if version is None:
+        raise fail(
+            f"{ref!r} names no version",
+            f"name the one to delete, e.g. {model_name}:1 (see `trainhub models show "
+            f"{model_name}`)",
+            code=EXIT_INVALID_INPUT,
+        )
+    with connect() as client:
+        deleted = client.delete_model_version(model_name, version, owner or tenant)
+    out.print(f"deleted {deleted['ref']}")
 
 
 @app.command()
@@ -268,7 +297,7 @@ def suggest(
             f"{params:,}" if params else "?",
             "; ".join(fit.reasons),
         )
-    out.print(table)
+    print_fitted(table, out)
 
 
 @app.command()
@@ -304,11 +333,13 @@ def export(
             raise fail(str(exc), code=EXIT_INVALID_INPUT) from None
     try:
         path, diff = export_version(data, arch, fmt, target)
-    except ValueError as exc:
-        raise fail(str(exc)) from None
+    except ValueError as exc:  # the version does not take that input, or cannot be exported
+        raise fail(str(exc), code=EXIT_INVALID_INPUT) from None
     except OSError as exc:
         raise fail(
-            f"cannot write {target}: {exc.strerror or exc}", "pass -o FILE in a writable directory"
+            f"cannot write {target}: {exc.strerror or exc}",
+            "pass -o FILE in a writable directory",
+            code=EXIT_INVALID_INPUT,
         ) from None
     out.print(
         f"{path}: {path.stat().st_size} bytes; checked against PyTorch (difference {diff:.2e})"

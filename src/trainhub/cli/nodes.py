@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from trainhub.cli.fit import print_fitted
 from trainhub.cli.session import connect, out
 
 app = typer.Typer(
@@ -86,7 +87,7 @@ def nodes(ctx: typer.Context) -> None:
         table.add_row(
             Text(n["node_id"][:12] + host), state, cpu, memory, _gpus(n), nics or "-", seen
         )
-    out.print(table)
+    print_fitted(table, out)
     usable = sum(1 for n in page["data"] if n["schedulable"])
     out.print(f"{usable}/{page['count']} nodes take new trials")
 
@@ -133,4 +134,4 @@ def history(
         when = datetime.fromtimestamp(event["at"], UTC).strftime("%Y-%m-%d %H:%M:%S")
         health = Text("healthy", "green") if event["healthy"] else Text("unhealthy", "bold red")
         table.add_row(when, health, Text(event["reason"]))
-    out.print(table)
+    print_fitted(table, out)

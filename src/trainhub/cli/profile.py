@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from trainhub.cli.ids import ID_HELP, TrialOpt, parse_ref, trial_of
 from trainhub.cli.session import EXIT_API_ERROR, EXIT_INVALID_INPUT, connect, err, fail, out
 from trainhub.core.limits import MAX_PROFILE_STEPS
 
@@ -30,7 +31,8 @@ def _table(rank: dict[str, Any], top: int) -> Table:
 
 
 def profile(
-    trial_id: Annotated[int, typer.Argument(metavar="TRIAL", help="A running trial's id.")],
+    ref: Annotated[str, typer.Argument(metavar="ID", help=ID_HELP)],
+    trial: TrialOpt = False,
     steps: Annotated[
         int, typer.Option("--steps", min=1, max=MAX_PROFILE_STEPS, help="Steps to profile.")
     ] = 20,
@@ -50,6 +52,7 @@ def profile(
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise fail(f"--out {out_dir} is a file", "pass a directory", code=EXIT_INVALID_INPUT)
     with connect() as client:
+        trial_id = trial_of(client, parse_ref(ref, trial), "profile")
         started = client.request_profile(trial_id, steps)
         profile_id = started["id"]
         err.print(f"profile {profile_id}: waiting for {started['world_size']} rank(s)...")

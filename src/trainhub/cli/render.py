@@ -192,7 +192,7 @@ def progress_renderable(progress: JSON, width: int = 40) -> RenderableType | Non
 def experiments_table(rows: list[JSON], now: float | None = None) -> Table:
     table = Table(show_edge=False)
     for name, justify in (
-        ("id", "right"),
+        ("exp", "right"),
         ("name", "left"),
         ("tenant", "left"),
         ("owner", "left"),
@@ -228,7 +228,7 @@ def _fields(pairs: list[tuple[str, RenderableType | str]]) -> Table:
 
 def trials_table(trials: list[JSON], metric: str | None = None) -> Table:
     table = titled_table("trials")
-    table.add_column("id", justify="right")
+    table.add_column("trial", justify="right")
     table.add_column("state")
     table.add_column("attempts", justify="right")
     table.add_column("hyperparameters")
@@ -253,7 +253,7 @@ def experiment_view(e: JSON, now: float | None = None) -> RenderableType:
     spec = e.get("spec") or {}
     resources = spec.get("resources") or {}
     pairs: list[tuple[str, RenderableType | str]] = [
-        ("experiment", Text.assemble((str(e["id"]), "bold"), " ", (e["name"], "bold"))),
+        ("experiment", Text.assemble((f"exp {e['id']}", "bold"), " ", (e["name"], "bold"))),
         ("state", state_text(e["state"])),
         ("project", e["project"]),
         ("tenant / owner", f"{e['tenant']} / {e['owner']}"),
@@ -380,7 +380,7 @@ def trial_view(t: JSON, now: float | None = None) -> RenderableType:
     """Everything ``trainhub show --trial`` shows about one trial."""
     pairs: list[tuple[str, RenderableType | str]] = [
         ("trial", trial_status_line(t, now)),
-        ("experiment", f"{t['experiment_id']} ({t.get('experiment_name', '')})"),
+        ("experiment", f"exp {t['experiment_id']} ({t.get('experiment_name', '')})"),
         ("tenant", t["tenant"]),
         ("priority", t["priority"]),
         ("submitted", f"{local_time(t['submitted_at'])} ({ago(t['submitted_at'], now)})"),
@@ -461,7 +461,7 @@ def _queue_cells(t: JSON, experiments: Mapping[int, JSON], now: float | None) ->
     return [
         "-" if position is None else str(position),
         str(t["id"]),
-        Text(f"{t['experiment_id']} {name}" if name else str(t["experiment_id"])),
+        Text(f"exp {t['experiment_id']} {name}" if name else f"exp {t['experiment_id']}"),
         Text(t["tenant"]),
         Text(experiment.get("owner") or "-"),
         Text(t["priority"], style=PRIORITY_STYLES.get(t["priority"], "")),
@@ -546,9 +546,11 @@ def usage_title(report: JSON) -> str:
     return f"usage {utc_time(since)} to {utc_time(until)} UTC ({duration(until - since)})"
 
 
-def usage_rows_table(rows: Sequence[JSON]) -> Table:
-    """Allocated slot-hours per UTC day, tenant, user and project, with a total."""
-    table = titled_table("slot-hours (GPU-hours) per day, tenant, user, project")
+def usage_rows_table(rows: Sequence[JSON], gpus: bool = True) -> Table:
+    """Allocated slot-hours per UTC day, tenant, user and project, with a total; a slot is a
+    GPU, or a CPU share on a cluster without GPUs (``gpus=False``)."""
+    slot = "GPU-hours" if gpus else "CPU-share hours: this cluster has no GPUs"
+    table = titled_table(f"slot-hours ({slot}) per day, tenant, user, project")
     table.add_column("day")
     table.add_column("tenant")
     table.add_column("user")
@@ -593,8 +595,8 @@ def tenant_shares_table(tenants: Sequence[JSON]) -> Table:
 
 
 def gigabytes(size: int) -> str:
-    """``1.25 GB`` (decimal units, as the quota options take them)."""
-    return f"{size / 1e9:,.2f} GB"
+    """``1.25 GB``, ``1.1 TB``, ``340 MB`` (decimal units, as the quota options take them)."""
+    return human_bytes(size)
 
 
 def storage_table(rows: Sequence[JSON]) -> Table:

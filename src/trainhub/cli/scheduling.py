@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from trainhub.cli.fit import print_fitted
 from trainhub.cli.session import EXIT_INVALID_INPUT, connect, err, fail, out
 
 JSON = dict[str, Any]
@@ -105,10 +106,10 @@ def usage(
         bool, typer.Option("--csv", help="Print the rows as CSV (from the API) instead.")
     ] = False,
 ) -> None:
-    """Show GPU-hours per day, tenant, user and project, tenant shares and storage.
+    """Show slot-hours per day, tenant, user and project, tenant shares and storage.
 
-    Slot-hours (GPU-hours) per day, tenant, user and project; tenant shares; storage against
-    its quotas.
+    A slot is a GPU, or a CPU share on a cluster without GPUs. Slot-hours per day, tenant,
+    user and project; tenant shares; storage against its quotas.
 
     The second table sets each tenant's average slots over the period against its guarantee,
     and the guarantee kept: the GPU-time it received over the GPU-time it was entitled to
@@ -132,21 +133,23 @@ def usage(
             sys.stdout.write(client.usage_csv(since_ts, until_ts))
             return
         report = client.usage(since_ts, until_ts)
+        nodes = client.cluster()
+    gpus = nodes["total_gpus"] > 0 or not nodes["nodes"]  # no node listed: say GPU, as ever
     from trainhub.cli.render import tenant_shares_table, usage_rows_table, usage_title
 
     out.print(f"[bold]{escape(usage_title(report))}[/]")
     out.print()
     if report["data"]:
-        out.print(usage_rows_table(report["data"]))
+        print_fitted(usage_rows_table(report["data"], gpus), out)
     else:
         out.print("no slots were allocated in this period")
     if report["tenants"]:
         out.print()
-        out.print(tenant_shares_table(report["tenants"]))
+        print_fitted(tenant_shares_table(report["tenants"]), out)
     if report.get("storage"):
         from trainhub.cli.render import storage_table
 
         out.print()
-        out.print(storage_table(report["storage"]))
+        print_fitted(storage_table(report["storage"]), out)
     if not report["data"] and not report["tenants"]:
         err.print("[dim]you are in no tenant whose usage you may see[/]")

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from trainhub.cli.fit import print_fitted
 from trainhub.cli.session import EXIT_INVALID_INPUT, connect, fail, out
 
 JSON = dict[str, Any]
@@ -62,7 +63,7 @@ def trials(
 
         label = "same in every trial" if len(rows) > 1 else "hyperparameters"
         out.print(Text(f"{label}: " + ", ".join(f"{k}={fmt_value(v)}" for k, v in same)))
-    out.print(trials_by_metric_table(progress, varying))
+    print_fitted(trials_by_metric_table(progress, varying), out, drop_first=("why",))
     for warning in progress.get("warnings") or []:
         out.print(Text(f"warning: {warning}", style="yellow"))
     if weights:
@@ -124,7 +125,7 @@ def progress_line(progress: JSON) -> str:
     done = counts.get("COMPLETED", 0)
     running = sum(counts.get(s, 0) for s in ("SCHEDULED", "RUNNING", "PREEMPTING"))
     state = f", {progress['search_state'].lower()}" if progress["search_state"] else ""
-    head = f"experiment {progress['experiment']['id']} ({progress['searcher']}{state})"
+    head = f"exp {progress['experiment']['id']} ({progress['searcher']}{state})"
     limit = f"/{progress['max_trials']}" if progress["max_trials"] else ""
     text = (
         f"{head}: {progress['count']}{limit} trials: {done} done, {running} running, "
@@ -141,7 +142,7 @@ def trials_by_metric_table(progress: JSON, names: list[str]) -> Any:
     from trainhub.cli.render import state_text, titled_table
 
     table = titled_table("trials")
-    table.add_column("id", justify="right", no_wrap=True, min_width=2)
+    table.add_column("trial", justify="right", no_wrap=True, min_width=5)
     table.add_column("state", no_wrap=True, min_width=9)
     table.add_column(Text(progress["metric"] or "metric"), justify="right", min_width=7)
     table.add_column("done", justify="right", no_wrap=True)  # an hparam may be called epochs
@@ -171,7 +172,7 @@ def _steer(object_id: int, trial: bool, action: str) -> None:
         out.print(progress_line(body))
     else:
         states = sorted({t["state"] for t in body.get("trials", [])})
-        out.print(f"experiment {object_id}: {body['state']} ({', '.join(states) or 'no trials'})")
+        out.print(f"exp {object_id}: {body['state']} ({', '.join(states) or 'no trials'})")
 
 
 def pause(
@@ -291,7 +292,7 @@ def clone(
         else:
             body = client.clone_experiment(object_id, parsed, from_checkpoint)
     out.print(
-        f"submitted experiment {body['id']} ({body['name']}), a clone of "
+        f"submitted exp {body['id']} ({body['name']}), a clone of "
         f"{'trial' if trial else 'experiment'} {object_id}"
     )
 
@@ -378,4 +379,4 @@ def template_submit(
     parsed = parse_changes(changes or [])
     with connect() as client:
         body = client.submit_template(name, parsed, tenant)
-    out.print(f"submitted experiment {body['id']} ({body['name']}) from template {name}")
+    out.print(f"submitted exp {body['id']} ({body['name']}) from template {name}")

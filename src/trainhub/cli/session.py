@@ -1,8 +1,13 @@
 """The CLI's connection to the server and how it reports errors: a message, never a traceback.
 
 Every command that talks to the server does so inside ``with connect() as client:``; an API
-error becomes a readable message (with the per-field errors) and exit code 1, an unreachable
-server says how to start one, a 401 says how to log in.
+error becomes a readable message (with the per-field errors), an unreachable server says how
+to start one, a 401 says how to log in.
+
+Exit codes, the same for every command: 0 done; 2 the input was refused (a bad option or spec,
+an unknown id, a 4xx answer of the server: fix the command and run it again); 1 a fault of the
+server or the connection (a 5xx answer, unreachable: running it again later may work); 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -20,9 +25,19 @@ from rich.markup import escape
 if TYPE_CHECKING:
     from trainhub.client import ApiError, Connection, TrainhubClient
 
-EXIT_API_ERROR = 1
-EXIT_INVALID_INPUT = 2
+EXIT_API_ERROR = 1  # a server fault (5xx) or no server answered
+EXIT_INVALID_INPUT = 2  # the input was refused (bad option, 4xx answer)
 EXIT_INTERRUPTED = 130
+EXIT_CODES_HELP = (
+    "Exit codes: 0 done; 2 the input was refused (bad option or spec, unknown id, any 4xx "
+    "answer); 1 a server fault (5xx) or no server answered; 130 interrupted."
+)
+
+
+def exit_code_of(status_code: int) -> int:
+    """The CLI's exit code for an HTTP error status: 2 for a refusal (4xx), 1 for a fault."""
+    return EXIT_INVALID_INPUT if 400 <= status_code < 500 else EXIT_API_ERROR
+
 
 # Console() looks up sys.stdout at each write, so these follow redirection (and CliRunner).
 # emoji=False: user text such as the model reference 'a:b:c' must not become an emoji.
@@ -118,7 +133,7 @@ def connect(url: str | None = None, token: str | None = None) -> Iterator[Trainh
         yield client
     except ApiError as exc:
         report_api_error(exc, connection)
-        raise typer.Exit(EXIT_API_ERROR) from None
+        raise typer.Exit(exit_code_of(exc.status_code)) from None
     except ServerUnreachable as exc:
         if exc.timed_out:
             err.print(f"[bold red]trainhub at {escape(exc.url)} did not answer[/]")

@@ -24,6 +24,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from trainhub.cli.fit import print_fitted
 from trainhub.core.errors import TrainhubError
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 
@@ -230,7 +231,12 @@ def sim(
             _ratio(s["fairness_jain"]),
             f"{s['wall_s']:.1f}",
         )
-    console.print(table)
+    print_fitted(
+        table,
+        console,
+        drop_first=("wall s", "median JCT h", "p99 queue 1-GPU h", "p99 JCT h", "preemptions"),
+        hint="widen the terminal, or --json for every column",
+    )
     console.print(
         "min share: the lowest tenant ratio of GPU-time received to min(guarantee, demand); "
         "guarantees are each tenant's share of the trace's GPU-time."

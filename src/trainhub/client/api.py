@@ -704,6 +704,12 @@ class TrainhubClient:
         path = f"/models/{name}/versions/{version}/file"
         return self._request("GET", path, params=_owner(tenant), timeout=self.timeout_s * 4).content
 
+    def delete_model_version(self, name: str, version: int, tenant: str | None = None) -> JSON:
+        """Delete one version of a model (refused with 409 while a trial uses it)."""
+        path = f"/models/{name}/versions/{version}"
+        result: JSON = self._json("DELETE", path, params=_owner(tenant))
+        return result
+
     def share_model(
         self, name: str, tenant: str, shared: bool = True, owner: str | None = None
     ) -> JSON:

@@ -27,6 +27,9 @@ class Node:
     # hottest GPU on the node in degrees Celsius, when monitoring knows it
     gpu_temperature_c: float | None = None
     alive: bool = True
+    # alive but taking no new trials (cordoned, draining or unhealthy): counted as not alive
+    # for placement; kept apart so a queue reason can say "cordoned" rather than "never"
+    cordoned: bool = False
     # host memory in GB; infinite where unknown (a node that reports none limits nothing)
     total_memory_gb: float = math.inf
     free_memory_gb: float = math.inf

@@ -187,11 +187,58 @@ def check_yaml_bounds(text: str) -> None:
         return  # the loader reports the syntax error with its place
 
 
+def _duplicate_key(node: Any, path: str = "") -> FieldError | None:
+    """The first key written twice in one mapping of the composed document, at its field path.
+
+    PyYAML keeps the last of two equal keys silently; a user who wrote ``lr`` twice meant one
+    of them, so the spec is refused where it happened."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, Any] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            if name is not None and name != "<<":
+                where = f"{path}.{name}" if path else name
+                if name in seen:
+                    first = seen[name].start_mark
+                    again = key.start_mark
+                    return FieldError(
+                        where,
+                        f"{where} is written twice (lines {first.line + 1} and "
+                        f"{again.line + 1}); YAML would keep only the last",
+                        "keep one of them",
+                    )
+                seen[name] = key
+            found = _duplicate_key(value, f"{path}.{name}" if path and name else name or path)
+            if found is not None:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _duplicate_key(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _load_unique(text: str) -> Any:
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        duplicate = _duplicate_key(node)
+        if duplicate is not None:
+            raise InvalidSpec([duplicate])
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def load_yaml(text: str) -> Any:
-    """``yaml.safe_load`` of a spec within the bounds (InvalidSpec otherwise)."""
+    """``yaml.safe_load`` of a spec within the bounds and with no key written twice in one
+    mapping (InvalidSpec otherwise)."""
     check_yaml_bounds(text)
     try:
-        return yaml.load(text, Loader=_Loader)  # a safe loader: plain values only
+        return _load_unique(text)  # a safe loader: plain values only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"

@@ -68,6 +68,35 @@ def default_root() -> Path | None:
     return next((c for c in candidates if c.is_dir()), None)
 
 
+def missing_message() -> str:
+    """Why MNIST was not found, and what the person who runs the script can do about it.
+
+    In a trial the datasets folder is the cluster's (``trainhub server --data-dir``), which only
+    an admin sets: the message says so, and names what works without it."""
+    instead = (
+        'use trainhub.data.load("digits") (bundled: 8x8 digits, no download), or ship the '
+        "IDX files (t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz) in your code "
+        'context and pass trainhub.data.load("mnist", root="mnist")'
+    )
+    shared = os.environ.get(ENV_DATA_DIR)
+    if os.environ.get("TRAINHUB_TRIAL_ID"):
+        where = (
+            f"the cluster's datasets folder ({shared}) has no mnist/ folder"
+            if shared
+            else "this cluster has no datasets folder"
+        )
+        return (
+            f"MNIST is not on this cluster: {where}. Ask an admin to put the MNIST IDX files "
+            f"in DIR/mnist and start the server with `trainhub server --data-dir DIR`; or "
+            f"{instead}"
+        )
+    where = f"{shared}/mnist does not exist" if shared else f"{ENV_DATA_DIR} is not set"
+    return (
+        f"no MNIST files here ({where}): set {ENV_DATA_DIR} to a folder holding mnist/ with "
+        f"the IDX files, pass root=FOLDER, or {instead}"
+    )
+
+
 def _find(root: Path, stem: str) -> Path:
     for name in (f"{stem}.gz", stem):
         if (root / name).exists():
@@ -113,9 +142,7 @@ def load_mnist(
     """
     where = Path(root) if root is not None else default_root()
     if where is None:
-        raise FileNotFoundError(
-            f"no MNIST directory: pass root=... or set {ENV_DATA_DIR} to a directory with mnist/"
-        )
+        raise FileNotFoundError(missing_message())
     verify_checksums(where)
     images = read_idx(_find(where, f"{files}-images-idx3-ubyte"))
     labels = read_idx(_find(where, f"{files}-labels-idx1-ubyte"))
@@ -138,6 +165,6 @@ def mnist_images(ids: list[int], root: str | Path | None = None, files: str = "t
     """The ``uint8`` 28x28 images of the given sample ids (their indices in the files)."""
     where = Path(root) if root is not None else default_root()
     if where is None:
-        raise FileNotFoundError(f"no MNIST directory: set {ENV_DATA_DIR}")
+        raise FileNotFoundError(missing_message())
     images = read_idx(_find(where, f"{files}-images-idx3-ubyte"))
     return np.asarray(images[np.asarray(ids, dtype=np.int64)])

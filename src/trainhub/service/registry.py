@@ -34,6 +34,7 @@ from trainhub.core.errors import (
 )
 from trainhub.core.model_spec import ModelRef, parse_model_ref, zoo_error
 from trainhub.core.spec import ExperimentSpec
+from trainhub.core.states import TrialState
 from trainhub.service.auth import check_read, check_trial_scope, check_write, require_user
 from trainhub.service.clock import Clock
 from trainhub.service.ports import ArtifactStore, Principal
@@ -119,6 +120,19 @@ class ModelStore(Protocol):
         """Bytes of every version of the tenant's models."""
         ...
 
+    def delete_version(self, version_id: int, now: float) -> None:
+        """Mark a version deleted: it is listed no more, and its number is never reused."""
+        ...
+
+
+class WeightsCheck(Protocol):
+    """Loads a checkpoint into the architecture a version declares
+    (``adapters/weights_check.py``: torch and the model zoo live there)."""
+
+    def mismatch(self, arch: Mapping[str, Any], weights: bytes) -> str | None:
+        """What does not fit (missing, unexpected and misshapen tensors, named), or None."""
+        ...
+
 
 def _visible_to(model: RegisteredModel, tenants: Sequence[str] | None) -> bool:
     return tenants is None or model.tenant in tenants or bool(set(model.shared_with) & set(tenants))
@@ -140,12 +154,18 @@ def _model_key(tenant: str, name: str) -> str:
 
 class RegistryService:
     def __init__(
-        self, uow: UnitOfWork, models: ModelStore, store: ArtifactStore, clock: Clock
+        self,
+        uow: UnitOfWork,
+        models: ModelStore,
+        store: ArtifactStore,
+        clock: Clock,
+        weights_check: WeightsCheck | None = None,
     ) -> None:
         self.uow = uow
         self.models = models
         self.store = store
         self.clock = clock
+        self.weights_check = weights_check
 
     # --- reading ---
 
@@ -269,6 +289,7 @@ class RegistryService:
             raise InvalidSpec([unknown_zoo])
         spec = ExperimentSpec.model_validate(experiment.spec)
         spec_arch = spec.model.arch.model_dump(mode="json") if spec.model.arch else {}
+        self._check_weights(dict(arch) if arch else spec_arch, checkpoint, arch is not None)
         recorded = {**trial.latest_metrics, **checkpoint.metrics}
         recorded.pop("step", None)
         new = NewVersion(
@@ -311,6 +332,53 @@ class RegistryService:
         except BaseException:
             self.store.delete(key)
             raise
+
+    def _check_weights(self, arch: Mapping[str, Any], checkpoint: Checkpoint, given: bool) -> None:
+        """Refuse weights that do not load into the declared architecture (the export and every
+        training started from the version would fail later), naming the tensors."""
+        if self.weights_check is None or not arch.get("zoo"):
+            return
+        data = b"".join(self.store.iter_chunks(checkpoint.storage_key))
+        problem = self.weights_check.mismatch(arch, data)
+        if problem is None:
+            return
+        where = "arch" if given else "model.arch"
+        raise InvalidSpec(
+            [
+                FieldError(
+                    where,
+                    f"checkpoint {checkpoint.id} (step {checkpoint.step}) does not load into "
+                    f"{arch.get('zoo')} {dict(arch.get('args') or {})}: {problem}",
+                    "declare the architecture that made the weights (--arch, or the spec's "
+                    "model.arch), or build the model with trainhub.models.create(...) in the "
+                    "script",
+                )
+            ]
+        )
+
+    def delete_version(
+        self, principal: Principal, name: str, version: int, tenant: str | None
+    ) -> ModelVersion:
+        """Delete one version (its weights too), refused while an unfinished trial starts or
+        distils from it; its number is never given to another version."""
+        require_user(principal)
+        model = self._find(_ref(name, tenant), _readable_tenants(principal), "")
+        check_write(principal, model.tenant, f"model {model.name}")
+        found = self._version(model, version)
+        unfinished = [s for s in TrialState if not s.is_terminal]
+        with self.uow() as repo:
+            trials = repo.trials_in_states(unfinished)
+            specs = repo.experiment_specs(sorted({t.experiment_id for t in trials}))
+        pinned = [t.id for t in trials if _pins(specs.get(t.experiment_id) or {}, found.ref)]
+        if pinned:
+            listed = ", ".join(f"trial {i}" for i in pinned[:5])
+            raise Conflict(
+                f"{found.ref} is in use: {listed} start(s) or distil(s) from it",
+                "delete it once they have ended, or cancel them (trainhub cancel --trial ID)",
+            )
+        self.models.delete_version(found.id, self.clock())
+        self.store.delete(found.storage_key)
+        return found
 
     def share(
         self, principal: Principal, name: str, tenant: str, shared: bool, owner: str | None = None
@@ -439,6 +507,13 @@ _NOTHING_AT = {
     "model.init_from": "starts from no model (its spec has no init_from)",
     "distill.teacher": "distils from no teacher (no distill section)",
 }
+
+
+def _pins(spec: Mapping[str, Any], ref: str) -> bool:
+    """Whether a stored spec names the pinned version ``ref`` (``TENANT/NAME:V``)."""
+    model = spec.get("model") or {}
+    distill = spec.get("distill") or {}
+    return ref in (model.get("init_from"), distill.get("teacher"))
 
 
 def source_ref(spec: ExperimentSpec, field_path: str) -> ModelRef | None:

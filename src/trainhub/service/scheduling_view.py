@@ -126,6 +126,7 @@ def with_overlay(
     return replace(
         facts,
         alive=facts.alive and schedulable,
+        cordoned=facts.alive and not schedulable,
         gpu_temperature_c=temperature_c if temperature_c is not None else facts.gpu_temperature_c,
     )
 

@@ -24,7 +24,7 @@ import yaml
 from trainhub.core import limits
 from trainhub.core.errors import Conflict, InvalidRequest, NotFound, TooLarge
 from trainhub.core.spec import NAME_PATTERN, ExperimentSpec, parse_spec
-from trainhub.core.states import TrialState
+from trainhub.core.states import TrialState, experiment_state
 from trainhub.service.auth import (
     check_read,
     check_write,
@@ -165,6 +165,7 @@ class SteeringService:
     def pause_experiment(self, principal: Principal, experiment_id: int) -> SearchProgress:
         with self.uow() as tx:
             experiment = self._writable_experiment(tx, principal, experiment_id)
+            self._refuse_if_ended(tx, experiment_id, "pause")
             if tx.search.get_search(experiment_id) is not None:
                 search = tx.search.get_search(experiment_id)
                 if search is not None and search.state == SearchState.RUNNING:
@@ -178,6 +179,7 @@ class SteeringService:
     def resume_experiment(self, principal: Principal, experiment_id: int) -> SearchProgress:
         with self.uow() as tx:
             experiment = self._writable_experiment(tx, principal, experiment_id)
+            self._refuse_if_ended(tx, experiment_id, "resume")
             search = tx.search.get_search(experiment_id)
             if search is not None and search.state == SearchState.PAUSED:
                 tx.search.update_search(experiment_id, SearchUpdate(state=SearchState.RUNNING))
@@ -188,6 +190,19 @@ class SteeringService:
                     self._resume(tx, principal, trial)
         self.experiments.wake_scheduler()
         return self.progress(principal, experiment_id)
+
+    def _refuse_if_ended(self, tx: SearchTx, experiment_id: int, verb: str) -> None:
+        """Pausing or resuming an experiment that has ended would do nothing: say so (409)."""
+        search = tx.search.get_search(experiment_id)
+        if search is not None and search.state in (SearchState.RUNNING, SearchState.PAUSED):
+            return  # a search still makes trials
+        states = [t.state for t in tx.repo.list_trials(experiment_id)]
+        if states and all(s.is_terminal for s in states):
+            ended = experiment_state(states)
+            raise Conflict(
+                f"experiment {experiment_id} has ended ({ended}): there is nothing to {verb}",
+                f"run it again with `trainhub clone {experiment_id}`",
+            )
 
     def _pausing(self, tx: SearchTx, trial_id: int) -> bool:
         link = tx.search.get_steered(trial_id)
@@ -522,6 +537,12 @@ def apply_change(spec: dict[str, Any], path: str, value: Any) -> None:
     was = node.get(parts[-1])
     if _is_number(was) and isinstance(value, str):
         # `--set lr=1e-3x` or `lr=abc` would reach the script as text: a typo, not a choice
+        if isinstance(was, int):  # an integer here: suggest one (`epochs=six` -> epochs=6)
+            raise InvalidRequest(
+                f"cannot set {path!r} to the text {value!r}: an integer is expected here ({was!r})",
+                f"write an integer, e.g. {path}={was}, or a distribution such as "
+                f"{path}={{type: int, low: 1, high: {max(2, was * 2)}}}",
+            )
         raise InvalidRequest(
             f"cannot set {path!r} to the text {value!r}: it is a number here ({was!r})",
             f"write a number, e.g. {path}=0.01, or a distribution such as "

@@ -129,3 +129,31 @@ def test_a_reservation_without_known_ends_counts_only_trials_being_preempted() -
     untrusted = reserve(head, NodePool(nodes), table, now=50.0, known_ends=False)
     assert untrusted.start_at == 50.0
     assert set(untrusted.ranks) == {"b"}
+
+
+def test_a_request_that_fits_only_a_cordoned_node_waits_for_it_by_name() -> None:
+    from dataclasses import replace
+
+    held = replace(node("gpu-a", 8), alive=False, cordoned=True)
+    result = place(request(4), [held, node("gpu-b", 2)])
+    assert isinstance(result, NoFit)
+    assert "cordoned" in result.reason
+    assert "gpu-a" in result.reason
+    assert "whole cluster holds" not in result.reason
+    assert "uncordon" in result.reason
+    # a node that is gone (not alive, not cordoned) still makes a request impossible
+    gone = replace(node("gpu-a", 8), alive=False)
+    lost = place(request(4), [gone, node("gpu-b", 2)])
+    assert isinstance(lost, NoFit)
+    assert "cordoned" not in lost.reason
+    assert "whole cluster holds 2" in lost.reason
+
+
+def test_the_scheduling_view_marks_a_node_held_by_the_monitor_as_cordoned() -> None:
+    from trainhub.core.scheduling.view import NodeFacts
+    from trainhub.service.scheduling_view import with_overlay
+
+    facts = NodeFacts(node_id="gpu-a", total_gpus=8, total_cpus=64.0)
+    held = with_overlay(facts, {"gpu-a": (False, None)})
+    assert (held.alive, held.cordoned) == (False, True)
+    assert with_overlay(facts, {"gpu-a": (True, None)}).cordoned is False

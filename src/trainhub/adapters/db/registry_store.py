@@ -53,6 +53,8 @@ class ModelVersionRow(Base):
     lineage: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[float] = mapped_column(Float)
     created_by: Mapped[str] = mapped_column(String(64))
+    # set when deleted (migration 0016): the row stays so its number is never reused
+    deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
 
 
 class ModelShareRow(Base):
@@ -82,7 +84,7 @@ class SqlModelStore:
         versions: dict[int, list[ModelVersionRow]] = {i: [] for i in ids}
         for v in session.scalars(
             select(ModelVersionRow)
-            .where(ModelVersionRow.model_id.in_(ids))
+            .where(ModelVersionRow.model_id.in_(ids), ModelVersionRow.deleted_at.is_(None))
             .order_by(ModelVersionRow.version)
         ):
             versions[v.model_id].append(v)
@@ -199,9 +201,15 @@ class SqlModelStore:
                 select(func.coalesce(func.sum(ModelVersionRow.size_bytes), 0))
                 .join(RegisteredModelRow, RegisteredModelRow.id == ModelVersionRow.model_id)
                 .join(TenantRow, TenantRow.id == RegisteredModelRow.tenant_id)
-                .where(TenantRow.name == tenant)
+                .where(TenantRow.name == tenant, ModelVersionRow.deleted_at.is_(None))
             )
             return int(total or 0)
+
+    def delete_version(self, version_id: int, now: float) -> None:
+        with Session(self.engine) as session, session.begin():
+            row = session.get(ModelVersionRow, version_id)
+            if row is not None and row.deleted_at is None:
+                row.deleted_at = now
 
 
 def _version(row: ModelVersionRow, name: str, tenant: str) -> ModelVersion:

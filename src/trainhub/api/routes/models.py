@@ -105,6 +105,22 @@ def get_version(
     return ModelVersionPublic.of(found)
 
 
+@router.delete(
+    "/{model}/versions/{version}", response_model=ModelVersionPublic, responses=errors(404, 409)
+)
+def delete_version(
+    services: ServicesDep,
+    principal: CurrentPrincipal,
+    model: ModelName,
+    version: VersionNumber,
+    tenant: Owner = None,
+) -> ModelVersionPublic:
+    """Delete a version and its weights (members of the owning tenant); 409 while an
+    unfinished trial starts or distils from it. Its number is never given to another."""
+    found = _registry(services).delete_version(principal, model, version, tenant)
+    return ModelVersionPublic.of(found)
+
+
 @router.get(
     "/{model}/versions/{version}/file",
     response_class=Response,

@@ -29,11 +29,12 @@ def place(
     hot_gpu_temperature_c: float | None = HOT_GPU_TEMPERATURE_C,
 ) -> tuple[str, ...] | NoFit:
     """Choose a node for every rank of ``request``, or say why that is impossible now."""
-    alive = [n for n in nodes if n.alive]
+    listed = tuple(nodes)
+    alive = [n for n in listed if n.alive]
     ranks = NodePool(alive, hot_gpu_temperature_c).place(request)
     if ranks is not None:
         return ranks
-    reason = never_reason(request, alive)
+    reason = never_reason(request, listed)  # a cordoned node is named, not taken as missing
     if reason is not None:
         return NoFit(reason, never=True)
     return NoFit(busy_reason(request, alive))
@@ -51,6 +52,14 @@ def _eligible(request: ResourceRequest, nodes: Iterable[Node]) -> list[Node]:
     return [n for n in nodes if n.alive and request.labels_match(n.labels, n.gpu_model)]
 
 
+def _fits_empty(request: ResourceRequest, nodes: Sequence[Node]) -> bool:
+    empty = tuple(
+        replace(n, free_gpus=n.total_gpus, free_cpus=n.total_cpus, free_memory_gb=n.total_memory_gb)
+        for n in nodes
+    )
+    return NodePool(empty, None).place(request) is not None
+
+
 def never_reason(request: ResourceRequest, nodes: Sequence[Node]) -> str | None:
     """Why ``request`` cannot fit even the empty cluster, or None when it can."""
     alive = [n for n in nodes if n.alive]
@@ -61,6 +70,13 @@ def never_reason(request: ResourceRequest, nodes: Sequence[Node]) -> str | None:
     if NodePool(empty, None).place(request) is not None:
         return None
     need = need_text(request)
+    held = [n for n in nodes if n.cordoned and not n.alive]
+    if held and _fits_empty(request, [*alive, *(replace(n, alive=True) for n in held)]):
+        names = ", ".join(n.node_id for n in held[:3]) + (", ..." if len(held) > 3 else "")
+        return (
+            f"waits: needs {need}; the node(s) it fits on are cordoned or unhealthy ({names}); "
+            "it runs once an admin uncordons one (`trainhub nodes uncordon NODE`)"
+        )
     eligible = _eligible(request, alive)
     if request.node_labels and not eligible:
         labels = ", ".join(f"{k}={v}" for k, v in request.node_labels.items())

@@ -123,6 +123,7 @@ class NodeFacts:
     total_cpus: float
     total_memory_gb: float = math.inf
     alive: bool = True
+    cordoned: bool = False  # alive, but takes no new trials (cordoned, draining, unhealthy)
     labels: Mapping[str, str] = field(default_factory=dict)
     gpu_model: str | None = None
     # hottest GPU on the node in degrees Celsius, when a monitor reports it
@@ -437,6 +438,7 @@ class SnapshotBuilder:
             gpu_model=facts.gpu_model,
             gpu_temperature_c=facts.gpu_temperature_c,
             alive=facts.alive,
+            cordoned=facts.cordoned,
             total_memory_gb=facts.total_memory_gb,
             free_memory_gb=facts.total_memory_gb - memory,
         )
