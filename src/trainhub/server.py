@@ -241,6 +241,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         admin=admin,
         usage=UsageService(uow, clock),
         cluster_nodes=executor.cluster_nodes,
+        node_addresses=executor.node_addresses,
         sandbox=sandbox.value,
         warnings=tuple(warnings),
         steering=SteeringService(search_uow, experiments, store, backend, clock),

@@ -30,7 +30,15 @@ _CHUNK_BYTES = 1 << 20
 
 
 class TransientError(Exception):
-    """The control plane could not be reached or answered 408, 429 or 5xx: try again later."""
+    """The control plane could not be reached or answered 408, 429 or 5xx: try again later.
+
+    ``retry_after_s``: how long the control plane asked to wait (a 429's Retry-After: the
+    trial's metric points over their per-minute cap), or None.
+    """
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ControlPlaneError(Exception):
@@ -210,8 +218,18 @@ def _check(response: httpx.Response, what: str) -> None:
         return
     detail = response.text[:500]
     if status in _RETRYABLE_STATUS or status >= 500:
-        raise TransientError(f"{what}: HTTP {status} {detail}")
+        raise TransientError(f"{what}: HTTP {status} {detail}", _retry_after_s(response))
     raise ControlPlaneError(f"{what}: HTTP {status} {detail}", status)
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    """The Retry-After header in seconds (the form trainhub sends), capped at 10 minutes."""
+    raw = response.headers.get("Retry-After", "")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        return None
+    return min(600.0, seconds) if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _json(response: httpx.Response, what: str) -> Any:
@@ -296,11 +314,21 @@ def retry_transient(
             now = time.monotonic()
             # one line at the first failure and then every minute: enough to see an outage
             if now - last_logged >= 60:
-                logger.warning(
-                    "trainhub: %s failed (%s); control plane unreachable, retrying", what, exc
-                )
+                if exc.retry_after_s is not None:
+                    logger.warning(
+                        "trainhub: %s throttled by the control plane (%s); sending again in %.0f s",
+                        what,
+                        exc,
+                        exc.retry_after_s,
+                    )
+                else:
+                    logger.warning(
+                        "trainhub: %s failed (%s); control plane unreachable, retrying", what, exc
+                    )
                 last_logged = now
-            delay = min(backoff.next_delay(), max(0.0, deadline() - now))
+            # the server's Retry-After wins over a shorter back-off: sooner is refused again
+            wait_s = max(backoff.next_delay(), exc.retry_after_s or 0.0)
+            delay = min(wait_s, max(0.0, deadline() - now))
             if waker is not None:
                 waker.sleep(delay)
             else:

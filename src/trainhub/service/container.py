@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from trainhub.core.resources import Node
@@ -36,6 +36,9 @@ class Services:
     models: RegistryService | None = None  # the model registry (api/routes/models)
     debugging: DebugService | None = None  # sample records, debug reports (api/routes/debugging)
     profiling: ProfilingService | None = None  # trainhub profile (api/routes/profiles)
+    # the IP addresses of the cluster's nodes: never locked out as a whole by the
+    # failed-authentication limit (api/failed_auth.py); loopback always counts
+    node_addresses: Callable[[], Iterable[str]] = tuple
 
     def authenticate(self, secret: str | None) -> Principal:
         return authenticate_with(self.uow, self.clock, secret)

@@ -177,6 +177,17 @@ class RayExecutor:
                 )
             return nodes
 
+    def node_addresses(self) -> list[str]:
+        """The IP addresses of the cluster's live nodes (the failed-authentication limit
+        never locks one out as a whole: every trial of a node shares its address)."""
+        with self._lock:
+            self._connected()
+            return [
+                str(info["NodeManagerAddress"])
+                for info in _ray_nodes()
+                if info.get("Alive") and info.get("NodeManagerAddress")
+            ]
+
     # --- attempts ---
 
     def launch(self, launch: AttemptLaunch) -> None:
