@@ -25,6 +25,7 @@ are remembered (the least recently failing are forgotten first).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import threading
 import time
@@ -69,10 +70,9 @@ class NodeAddresses:
         with self._lock:
             if self._clock() - self._read_at >= self._refresh_s:
                 self._read_at = self._clock()
-                try:
+                # the cluster may be down: keep what was known
+                with contextlib.suppress(Exception):
                     self._known = frozenset(self._read())
-                except Exception:  # the cluster may be down: keep what was known
-                    pass
             return address in self._known
 
 

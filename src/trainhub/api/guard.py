@@ -5,7 +5,8 @@ FastAPI reads (and parses) a request's body before it runs the route's dependenc
 300 MiB upload without a valid token used to be parsed whole before its 401. This ASGI
 middleware answers from the headers alone: a declared body over its bound gets 413, a missing
 or wrong token 401 (429 where its address, token or principal failed too often; a valid
-token always passes), all before a byte of the body is read. The principal it found travels in the request's state to the routes.
+token always passes), all before a byte of the body is read. The principal it found travels
+in the request's state to the routes.
 """
 
 from __future__ import annotations
