@@ -225,6 +225,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         clock,
         hooks=search,
         monitoring=monitoring,
+        trial_files=executor,
     )
     loop_thread = LoopThread(loop, settings.tick_interval_s)
     admin = AdminService(uow, clock)

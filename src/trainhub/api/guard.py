@@ -80,10 +80,10 @@ class RequestGuard:
         except Unauthenticated as exc:
             if token:
                 keys = self.limiter.keys(address, token, exc.subject)
-                refused = self.limiter.refusal(keys)
+                limited = self.limiter.refusal(keys)
                 self.limiter.record(keys)
-                if refused is not None:
-                    key, wait_s = refused
+                if limited is not None:
+                    key, wait_s = limited
                     return _error(
                         429,
                         "rate_limited",

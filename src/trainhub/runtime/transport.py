@@ -44,9 +44,15 @@ class TransientError(Exception):
 class ControlPlaneError(Exception):
     """The control plane refused a request (4xx other than 408/429): retrying cannot help."""
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    def __init__(self, message: str, status_code: int | None = None, code: str = "") -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.code = code  # the "code" of the JSON body (storage_quota_exceeded, ...)
+
+    @property
+    def over_quota(self) -> bool:
+        """The trial passed a storage quota: the script hears it as QuotaExceeded."""
+        return self.code == "storage_quota_exceeded"
 
 
 class DeadlineExceeded(Exception):
@@ -219,7 +225,11 @@ def _check(response: httpx.Response, what: str) -> None:
     detail = response.text[:500]
     if status in _RETRYABLE_STATUS or status >= 500:
         raise TransientError(f"{what}: HTTP {status} {detail}", _retry_after_s(response))
-    raise ControlPlaneError(f"{what}: HTTP {status} {detail}", status)
+    try:
+        code = str(response.json().get("code", ""))
+    except (ValueError, AttributeError):
+        code = ""
+    raise ControlPlaneError(f"{what}: HTTP {status} {detail}", status, code)
 
 
 def _retry_after_s(response: httpx.Response) -> float | None:

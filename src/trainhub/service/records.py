@@ -251,6 +251,8 @@ class MetricsTarget:
     has_attempt: bool  # the trial has the attempt the batch names
     searcher: dict[str, Any] | None  # the experiment spec's ``searcher`` section
     metric_points: int = 0  # points stored so far (the trial's total cap counts them)
+    disk_bytes: int = 0  # its folders on its nodes, as last measured
+    max_trial_storage_bytes: int | None = None  # the tenant's quota per trial (None: default)
 
 
 @dataclass(frozen=True)

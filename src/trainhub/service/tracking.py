@@ -165,6 +165,19 @@ def _check_writer(
         )
 
 
+def _check_disk(target: MetricsTarget) -> None:
+    """A trial whose folders on its nodes passed its storage quota hears it from its next
+    report (the runtime raises QuotaExceeded); the control loop stops it meanwhile."""
+    quota = target.max_trial_storage_bytes or limits.DEFAULT_MAX_TRIAL_STORAGE_BYTES
+    if target.disk_bytes > quota:
+        raise QuotaExceeded(
+            f"trial {target.trial_id} wrote {_gib(target.disk_bytes)} into its checkpoint "
+            f"folder, home and scratch; its storage quota is {_gib(quota)}",
+            "the trial is being stopped and its folder kept read-only; save less, or ask an "
+            "admin to raise the quota (trainhub admin quotas)",
+        )
+
+
 def _refuse_attempt(repo: Repository, trial_id: int, attempt: int) -> NoReturn:
     numbers = [a.number for a in repo.list_attempts(trial_id)]
     have = f"its attempts are {', '.join(map(str, numbers))}" if numbers else "it has none"
@@ -380,6 +393,7 @@ class TrackingService:
             if target is None:
                 raise NotFound(f"trial {trial_id} does not exist")
             _check_metrics_writer(repo, principal, target, attempt, now)
+            _check_disk(target)
             # past the trial's total: the rest is dropped and counted (shown with the trial)
             keep, dropped = within_total(target.metric_points, len(points), self.point_caps)
             if dropped:
@@ -496,9 +510,12 @@ class TrackingService:
         kept = repo.list_checkpoints(trial.id)
         incoming = Checkpoint(-1, trial.id, "", step, 0, metrics, "", 0, 0.0)
         dropped = retention_victims([*kept, incoming], spec)
-        trial_used = sum(c.size_bytes for c in kept if c.id not in dropped)
-        tenant_used = repo.checkpoint_bytes_by_tenant().get(trial.tenant, 0) - sum(
-            c.size_bytes for c in kept if c.id in dropped
+        # what the trial's nodes measured in its folders counts too (issue 24)
+        trial_used = trial.disk_bytes + sum(c.size_bytes for c in kept if c.id not in dropped)
+        tenant_used = (
+            repo.checkpoint_bytes_by_tenant().get(trial.tenant, 0)
+            + repo.disk_bytes_by_tenant().get(trial.tenant, 0)
+            - sum(c.size_bytes for c in kept if c.id in dropped)
         )
         limits_left = [
             (quota.max_checkpoint_bytes, "the checkpoint size limit", quota.max_checkpoint_bytes),

@@ -91,11 +91,11 @@ def build_router(services: Services) -> APIRouter:
                 principal = await run_in_threadpool(services.authenticate, token.strip())
             except Unauthenticated as exc:
                 keys = web.limiter.keys(address, token.strip(), exc.subject)
-                refused = web.limiter.refusal(keys)
+                limited = web.limiter.refusal(keys)
                 web.limiter.record(keys)
                 error = exc.message
-                if refused is not None:
-                    error = f"too many failed logins: try again in {refused[1]:.0f} s"
+                if limited is not None:
+                    error = f"too many failed logins: try again in {limited[1]:.0f} s"
                     status = 429
             except TrainhubError as exc:
                 error = exc.message

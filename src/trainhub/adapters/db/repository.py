@@ -1027,6 +1027,8 @@ class SqlRepository(SqlLayerAlertStore, SqlWriteQuotaStore):
                 has_attempt,
                 ExperimentRow.spec["searcher"],
                 TrialRow.metric_points,
+                TrialRow.disk_bytes,
+                TenantRow.max_trial_storage_bytes,
             )
             .join(TenantRow, TenantRow.id == TrialRow.tenant_id)
             .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)
@@ -1035,7 +1037,7 @@ class SqlRepository(SqlLayerAlertStore, SqlWriteQuotaStore):
         row = self.s.execute(query).first()
         if row is None:
             return None
-        experiment_id, tenant, state, latest, exists, searcher, points = row
+        experiment_id, tenant, state, latest, exists, searcher, points, disk, quota = row
         return MetricsTarget(
             trial_id,
             int(experiment_id),
@@ -1045,6 +1047,8 @@ class SqlRepository(SqlLayerAlertStore, SqlWriteQuotaStore):
             bool(exists),
             dict(searcher) if isinstance(searcher, dict) else None,
             int(points or 0),
+            int(disk or 0),
+            None if quota is None else int(quota),
         )
 
     def list_metric_chunks(self, trial_id: int) -> list[MetricChunk]:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -35,6 +38,7 @@ from trainhub.adapters.ray_executor.rank_worker import (
     RankSpec,
     RankWorker,
     actor_name,
+    checkpoint_dir,
 )
 from trainhub.core.errors import Conflict, TrainhubError
 from trainhub.core.resources import Node
@@ -187,6 +191,36 @@ class RayExecutor:
                 for info in _ray_nodes()
                 if info.get("Alive") and info.get("NodeManagerAddress")
             ]
+
+    # --- a trial's folders (TrialFiles) ---
+
+    def _trial_folder(self, trial_id: int) -> Path:
+        return checkpoint_dir(self._checkpoint_root, self._node_work_dir, self.namespace, trial_id)
+
+    def freeze_trial_files(self, trial_id: int) -> None:
+        """Make the trial's checkpoint folder read-only (it passed its storage quota)."""
+        root = self._trial_folder(trial_id)
+        for folder, _dirs, files in os.walk(root):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    os.chmod(os.path.join(folder, name), 0o444, follow_symlinks=False)
+            with contextlib.suppress(OSError):
+                os.chmod(folder, 0o555)
+
+    def discard_trial_files(self, trial_id: int) -> None:
+        """Remove the ended trial's checkpoint folder (its checkpoints are in the store).
+
+        The folder lives under the storage root the control plane gave the nodes (shared by
+        them on a cluster); a node-local folder (no storage root) goes with the node's work
+        folder.
+        """
+        root = self._trial_folder(trial_id)
+        if not root.exists():
+            return
+        for folder, _dirs, _files in os.walk(root):  # frozen folders must be writable again
+            with contextlib.suppress(OSError):
+                os.chmod(folder, 0o700)
+        shutil.rmtree(root, ignore_errors=True)
 
     # --- attempts ---
 
@@ -444,7 +478,15 @@ class RayExecutor:
         phase = {RUNNING: RankPhase.RUNNING, EXITED: RankPhase.EXITED}.get(
             report.phase, RankPhase.STARTING
         )
-        return RankStatus(rank, phase, report.exit_code, report.log_chunk, report.node_id)
+        return RankStatus(
+            rank,
+            phase,
+            report.exit_code,
+            report.log_chunk,
+            report.node_id,
+            getattr(report, "log_size", None),  # an actor of an older version has neither
+            tuple(getattr(report, "disk", ())),
+        )
 
 
 def connect(address: str, namespace: str) -> int:

@@ -33,7 +33,9 @@ import psutil
 import ray
 
 from trainhub.adapters import sandbox
+from trainhub.adapters.ray_executor.disk_usage import DiskMeter
 from trainhub.adapters.ray_executor.gpus import gpu_view
+from trainhub.core import limits
 
 ENV_NODE_WORK_DIR = "TRAINHUB_NODE_WORK_DIR"  # set on a node to choose where attempts unpack
 SPOOL_ENV = "TRAINHUB_SPOOL_DIR"  # the same name as trainhub.runtime.protocol.ENV_SPOOL_DIR
@@ -113,6 +115,8 @@ class RankReport:
     node_id: str
     pid: int | None
     detail: str = ""
+    log_size: int | None = None  # bytes of the rank's whole output on the node
+    disk: tuple[tuple[str, int], ...] = ()  # the trial's folders this rank sees, measured
 
 
 class RankWorker:
@@ -140,6 +144,16 @@ class RankWorker:
         self._rank_dir.mkdir(parents=True)
         self._log_path = self._rank_dir / LOG_NAME
         self._log_path.touch()
+        # what the trial writes here counts against its storage quotas (disk_usage.py)
+        checkpoints = checkpoint_dir(
+            spec.checkpoint_root, spec.node_work_dir, spec.namespace, spec.trial_id
+        )
+        self._disk = DiskMeter(
+            [str(self._rank_dir), str(root / "spool"), str(checkpoints)],
+            limits.DISK_MEASURE_INTERVAL_S,
+            limits.MAX_DISK_MEASURE_ENTRIES,
+        )
+        self._measured_at_exit = False
         # The thread that forks the user's process must outlive it: PR_SET_PDEATHSIG fires when
         # the forking *thread* ends. It therefore waits for the process too.
         self._thread = threading.Thread(
@@ -161,6 +175,13 @@ class RankWorker:
         with self._lock:
             phase, code, detail = self._phase, self._exit_code, self._detail
             pid = self._proc.pid if self._proc is not None else None
+        if phase == EXITED and not self._measured_at_exit:
+            self._measured_at_exit = True
+            self._disk.measure_now()  # the trial's end is measured, not only its last tick
+        try:
+            log_size: int | None = self._log_path.stat().st_size
+        except OSError:
+            log_size = None
         return RankReport(
             rank=self._spec.rank,
             world_size=self._spec.world_size,
@@ -170,6 +191,8 @@ class RankWorker:
             node_id=self._node_id,
             pid=pid,
             detail=detail,
+            log_size=log_size,
+            disk=tuple(sorted(self._disk.latest().items())),
         )
 
     def terminate(self, grace_s: float) -> None:
@@ -188,6 +211,7 @@ class RankWorker:
         """SIGKILL the process tree and delete this rank's node-local files (before ray.kill)."""
         with self._lock:
             self._stopping = True
+        self._disk.stop()
         self._signal_tree(signal.SIGKILL)
         self._thread.join(timeout=2.0)
         shutil.rmtree(self._rank_dir, ignore_errors=True)

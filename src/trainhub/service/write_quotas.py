@@ -1,0 +1,71 @@
+"""What trials write on their nodes, held against their storage quotas as they run.
+
+The control loop hands every poll's rank statuses to :meth:`WriteQuotas.observe`; once a
+tick, :meth:`WriteQuotas.overdrawn` writes the measurements that changed and names the trials
+over their trial's or their tenant's quota (core/write_quota.py), which the loop then stops
+with that reason. A folder that several ranks see (the checkpoint folder of a trial, an
+attempt's spool) is counted once, by its path: on a shared file system every node measures
+the same folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from trainhub.core.write_quota import TrialWritten, over_quota
+from trainhub.service.ports import AttemptStatus
+from trainhub.service.repository import Repository
+from trainhub.service.tracking import StorageQuota
+
+
+class WriteQuotas:
+    def __init__(self) -> None:
+        self._measured: dict[int, int] = {}  # trial id -> bytes, as last measured
+        self._written: dict[int, int] = {}  # trial id -> bytes, as last written to the db
+        self._stopped: set[int] = set()  # trials already asked to stop for their quota
+
+    def observe(self, trial_id: int, status: AttemptStatus) -> None:
+        folders: dict[str, int] = {}
+        for rank in status.ranks:
+            folders.update(rank.disk)
+        if folders:
+            self._measured[trial_id] = sum(folders.values())
+
+    def measured(self, trial_id: int) -> int | None:
+        return self._measured.get(trial_id)
+
+    def forget(self, trial_ids: Iterable[int]) -> None:
+        for trial_id in trial_ids:
+            self._measured.pop(trial_id, None)
+            self._written.pop(trial_id, None)
+            self._stopped.discard(trial_id)
+
+    def overdrawn(self, repo: Repository) -> list[tuple[int, str]]:
+        """Write what changed; return (trial id, reason) for each trial to stop now."""
+        changed = {t: b for t, b in self._measured.items() if self._written.get(t) != b}
+        if not changed:
+            return []
+        repo.record_disk_bytes(changed)
+        self._written.update(changed)
+        checkpoints = repo.checkpoint_bytes_by_tenant()
+        disks = repo.disk_bytes_by_tenant()
+        tenants = {t.name: t for t in repo.list_tenants()}
+        found = []
+        for trial_id in sorted(changed):
+            if trial_id in self._stopped:
+                continue
+            trial = repo.get_trial(trial_id)
+            tenant = tenants.get(trial.tenant) if trial is not None else None
+            if trial is None or tenant is None or trial.state.is_terminal:
+                continue
+            quota = StorageQuota.of(tenant)
+            kept = sum(c.size_bytes for c in repo.list_checkpoints(trial_id))
+            written = TrialWritten(trial_id, trial.tenant, kept, changed[trial_id])
+            tenant_bytes = checkpoints.get(trial.tenant, 0) + disks.get(trial.tenant, 0)
+            reason = over_quota(
+                written, quota.max_trial_storage_bytes, tenant_bytes, quota.max_storage_bytes
+            )
+            if reason is not None:
+                self._stopped.add(trial_id)
+                found.append((trial_id, reason))
+        return found
