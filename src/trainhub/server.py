@@ -14,6 +14,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainhub.core import limits
+from trainhub.core.metric_budget import PointCaps
 from trainhub.core.scheduling import BasePolicy
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, create_policy
 from trainhub.core.scheduling.fair_config import FairShareConfig
@@ -68,6 +70,10 @@ class Settings:
     # should_stop() and exit before its ranks get SIGTERM (a plain script never asks: it waits
     # all of it)
     stop_wait_s: float = LoopConfig.stop_wait_s
+    # what a trial writes (issue 24; core/limits.py has the defaults and their reasons)
+    max_log_bytes_per_trial: int = limits.DEFAULT_MAX_LOG_BYTES_PER_TRIAL
+    max_metric_points_per_minute: int = limits.MAX_METRIC_POINTS_PER_MINUTE
+    max_metric_points_per_trial: int = limits.MAX_METRIC_POINTS_PER_TRIAL
 
     @property
     def database_url(self) -> str:
@@ -204,6 +210,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         settings.api_url,
         usage_half_life_s=settings.usage_half_life_s,
         stop_wait_s=settings.stop_wait_s,
+        max_log_bytes_per_trial=settings.max_log_bytes_per_trial,
     )
     search_uow = SqlSearchUnitOfWork(engine)
     backend = OptunaSearch.for_database(settings.database_url)
@@ -238,7 +245,12 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         uow=uow,
         clock=clock,
         experiments=experiments,
-        tracking=TrackingService(uow, store, clock),
+        tracking=TrackingService(
+            uow,
+            store,
+            clock,
+            PointCaps(settings.max_metric_points_per_minute, settings.max_metric_points_per_trial),
+        ),
         admin=admin,
         usage=UsageService(uow, clock),
         cluster_nodes=executor.cluster_nodes,
