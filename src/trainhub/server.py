@@ -11,8 +11,10 @@ import gc
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainhub.core import limits
 from trainhub.core.metric_budget import PointCaps
@@ -32,6 +34,9 @@ from trainhub.service.search import SearchService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
+
+if TYPE_CHECKING:
+    from trainhub.adapters.host_files import HostFiles
 
 _FAIR_DEFAULTS = FairShareConfig()
 
@@ -105,9 +110,15 @@ def make_policy(settings: Settings) -> BasePolicy:
 class LoopThread:
     """Runs control-loop ticks on one background thread; ``wake()`` runs the next one now."""
 
-    def __init__(self, loop: ControlLoop, interval_s: float) -> None:
+    def __init__(
+        self,
+        loop: ControlLoop,
+        interval_s: float,
+        after_tick: Callable[[], object] | None = None,
+    ) -> None:
         self.loop = loop
         self.interval_s = interval_s
+        self.after_tick = after_tick  # the host files' modes, checked every tick
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainhub-control-loop", daemon=True)
@@ -127,6 +138,8 @@ class LoopThread:
         while not self._stop.is_set():
             try:
                 self.loop.tick()
+                if self.after_tick is not None:
+                    self.after_tick()
             except Exception:  # a failing tick must not end the loop; the next one retries
                 log.exception("control loop tick failed")
             self._wake.wait(self.interval_s)
@@ -161,6 +174,24 @@ def make_private(settings: Settings) -> None:
         for suffix in ("", "-wal", "-shm", "-journal"):
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(f"{path}{suffix}", 0o600)
+
+
+def host_files(settings: Settings) -> HostFiles:
+    """What must stay private on this host: the local Ray head's folders (Ray resets them to
+    0777), the SQLite databases of this control plane and its state files (issue 24)."""
+    from sqlalchemy.engine import make_url
+
+    from trainhub.adapters.host_files import HostFiles, sqlite_files
+    from trainhub.adapters.optuna_search import optuna_storage_url
+    from trainhub.adapters.ray_executor.local_cluster import RECORD_NAME, read_record
+
+    files = [settings.home / "admin-token", settings.home / "ray" / RECORD_NAME]
+    for url in (settings.database_url, optuna_storage_url(settings.database_url)[0]):
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, ":memory:"):
+            files += sqlite_files(Path(str(parsed.database)))
+    record = None if settings.ray_address else read_record(settings.home / "ray")
+    return HostFiles([Path(record.temp_dir)] if record else [], files)
 
 
 SHUTDOWN_GRACE_S = 10
@@ -234,7 +265,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         monitoring=monitoring,
         trial_files=executor,
     )
-    loop_thread = LoopThread(loop, settings.tick_interval_s)
+    loop_thread = LoopThread(loop, settings.tick_interval_s, host_files(settings).check)
     admin = AdminService(uow, clock)
     experiments = ExperimentService(
         uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes

@@ -35,6 +35,7 @@ import ray
 from trainhub.adapters import sandbox
 from trainhub.adapters.ray_executor.disk_usage import DiskMeter
 from trainhub.adapters.ray_executor.gpus import gpu_view
+from trainhub.adapters.ray_executor.trial_uids import trial_uid
 from trainhub.core import limits
 
 ENV_NODE_WORK_DIR = "TRAINHUB_NODE_WORK_DIR"  # set on a node to choose where attempts unpack
@@ -281,7 +282,11 @@ class RankWorker:
         for folder in (spool, home, checkpoints):
             folder.mkdir(parents=True, exist_ok=True)
         sandboxed = spec.sandbox == sandbox.SandboxMode.BWRAP
-        uid = sandbox.SANDBOX_UID_BASE + spec.trial_id if sandboxed and os.geteuid() == 0 else None
+        uid = None
+        if sandboxed and os.geteuid() == 0:  # unique per node across control planes
+            root = spec.checkpoint_root or node_work_root(spec.node_work_dir)
+            identity = f"{spec.namespace}@{root}"
+            uid = trial_uid(identity, spec.trial_id)
         if uid is not None:
             for folder in (spool, home, checkpoints, code_dir):
                 _chown_tree(folder, uid)

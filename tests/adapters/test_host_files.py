@@ -1,0 +1,90 @@
+"""Host files (issue 24, item 5): Ray's folders and the databases private, uids unique per
+node across control planes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from trainhub.adapters.host_files import HostFiles, create_private, sqlite_files
+from trainhub.adapters.optuna_search import prepare_optuna_storage
+from trainhub.adapters.ray_executor.trial_uids import (
+    MAX_BLOCKS,
+    SANDBOX_UID_BASE,
+    UID_BLOCK,
+    UidBlocksExhausted,
+    trial_uid,
+    uid_block,
+)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_ray_folders_are_made_private_again_on_every_check(tmp_path: Path) -> None:
+    temp = tmp_path / "trainhub-ray-x"
+    sockets = temp / "session_2026-11-27_05-00-00_1" / "sockets"
+    sockets.mkdir(parents=True)
+    (temp / "session_latest").symlink_to(sockets.parent)
+    for folder in (temp, sockets.parent, sockets):
+        os.chmod(folder, 0o777)  # as Ray leaves them
+    files = HostFiles([temp])
+    fixed = files.check()
+    assert {_mode(temp), _mode(sockets.parent), _mode(sockets)} == {0o700}
+    assert len(fixed) == 3
+    os.chmod(sockets, 0o777)  # a new session resets one
+    assert files.check() == [str(sockets)]
+    assert files.check() == []
+
+
+def test_database_files_are_0600_the_search_one_too(tmp_path: Path) -> None:
+    main = tmp_path / "trainhub.db"
+    create_private(main)
+    assert _mode(main) == 0o600
+    storage = prepare_optuna_storage(f"sqlite:///{main}")
+    storage.engine.dispose()
+    optuna_db = tmp_path / "trainhub-optuna.db"
+    assert optuna_db.exists()
+    assert _mode(optuna_db) == 0o600  # was 0644
+    os.chmod(optuna_db, 0o644)
+    files = HostFiles([], [*sqlite_files(main), *sqlite_files(optuna_db)])
+    assert files.check() == [str(optuna_db)]
+    assert _mode(optuna_db) == 0o600
+
+
+def test_two_control_planes_never_share_a_uid(tmp_path: Path) -> None:
+    registry = tmp_path / "uids" / "uid-blocks.json"
+    a = trial_uid("trainhub@/srv/a", 7, registry)
+    b = trial_uid("trainhub@/srv/b", 7, registry)
+    assert a != b
+    assert a == SANDBOX_UID_BASE + 7
+    assert b == SANDBOX_UID_BASE + UID_BLOCK + 7
+    assert trial_uid("trainhub@/srv/a", 7, registry) == a  # kept across restarts
+    assert _mode(registry) == 0o600
+    assert _mode(registry.parent) == 0o700
+    assert max(trial_uid("trainhub@/srv/b", UID_BLOCK - 1, registry), b) < 2**32 - 1
+
+
+def _claim(args: tuple[str, str]) -> int:
+    return uid_block(args[0], Path(args[1]))
+
+
+def test_blocks_are_handed_out_once_under_concurrency(tmp_path: Path) -> None:
+    registry = tmp_path / "uid-blocks.json"
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        blocks = pool.map(_claim, [(f"cp-{i}", str(registry)) for i in range(16)])
+    assert sorted(blocks) == list(range(16))
+
+
+def test_a_full_registry_says_so(tmp_path: Path) -> None:
+    registry = tmp_path / "uid-blocks.json"
+    registry.write_text(
+        "{" + ",".join(f'"cp-{i}": {{"block": {i}, "since": 0}}' for i in range(MAX_BLOCKS)) + "}"
+    )
+    with pytest.raises(UidBlocksExhausted, match="remove the entries"):
+        uid_block("one-more", registry)
