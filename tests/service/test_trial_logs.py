@@ -67,3 +67,22 @@ def test_a_short_log_is_stored_as_it_came(tmp_path: Path) -> None:
     logs.append(KEY, position, cap, b"world\n")
     assert store.get(KEY) == b"hello\nworld\n"
     assert (position.stored, position.read) == (12, 12)
+
+
+def test_a_first_chunk_past_the_cap_keeps_its_head(tmp_path: Path) -> None:
+    store = LocalArtifactStore(tmp_path)
+    logs = RankLogs(store)
+    cap = LogCap(64 * 1024)
+    position = logs.position(KEY, cap)
+    output = _lines(0, 20_000)  # 260 KB in the first poll, before anything was stored
+    logs.append(KEY, position, cap, output[: 128 * 1024])
+    logs.skip_behind(position, cap, log_size=len(output))
+    logs.append(KEY, position, cap, output[position.read :])
+    stored = store.get(KEY)
+    assert stored.startswith(b"line 0000000\n")
+    assert stored.endswith(b"line 0019999\n")
+    found = find_marker(stored[: cap.head_bytes + 300])
+    assert found is not None
+    start, end, dropped = found
+    assert start == cap.head_bytes
+    assert len(stored) - (end - start) + dropped == len(output)

@@ -58,13 +58,15 @@ class RankLogs:
                 position.stored += len(chunk)
             return
         if position.head_end is None:  # first rewrite: the head is what came first
-            head_end = min(position.stored, cap.head_bytes)
-            tail_start = head_end
+            before = self.store.read_range(key, 0)
+            if not skipped:  # one stretch: the head may come from this chunk
+                before, chunk = before + chunk, b""
+            head_end = min(len(before), cap.head_bytes)
+            head, rest = before[:head_end], before[head_end:]
         else:
             head_end = position.head_end
-            tail_start = position.marker_end or head_end
-        head = self.store.read_range(key, 0, head_end)
-        rest = self.store.read_range(key, tail_start)
+            head = self.store.read_range(key, 0, head_end)
+            rest = self.store.read_range(key, position.marker_end or head_end)
         if skipped:
             # the output kept after the marker must be one stretch: the old tail goes too
             skipped += len(rest)
