@@ -5,7 +5,8 @@
   stopped;
 - log: 3 MB of numbered lines, then ``LAST LINE``;
 - metrics: 3,000 points as fast as it can, then close() (the runtime backs off on 429);
-- quiet: the neighbour: 20 points, one every 0.2 s.
+- quiet: the neighbour: 20 points, one every 0.2 s;
+- steps: a neighbour that times STEPS steps of fixed CPU work (``step_s``; benchmarks).
 """
 
 import os
@@ -48,6 +49,17 @@ elif attack == "metrics":
         ctx.report(step=step, loss=1.0 / (step + 1))
     delivered = ctx.close(timeout_s=300)
     print(f"DELIVERED {delivered}", flush=True)
+elif attack == "steps":
+    import torch
+
+    torch.set_num_threads(1)
+    a = torch.randn(256, 256)
+    for step in range(int(os.environ.get("STEPS", "40"))):
+        started = time.perf_counter()
+        for _ in range(60):
+            a = torch.tanh(a @ a / 256)
+        ctx.report(step=step, step_s=time.perf_counter() - started)
+    ctx.close(timeout_s=120)
 else:
     for step in range(20):
         ctx.report(step=step, loss=1.0 / (step + 1))
