@@ -219,7 +219,7 @@ class ControlLoop:
             self._end_all(ends)
         if running:
             self._mark_running(running)
-        self._hold_write_quotas()
+        self._hold_write_quotas({t.id: t.tenant for t in active if not t.state.is_terminal})
         if len(self._log_sizes) > len(attempts):  # ended attempts' counts
             polled = {a.key for a in attempts.values()}
             self._log_sizes = {k: v for k, v in self._log_sizes.items() if k in polled}
@@ -408,13 +408,13 @@ class ControlLoop:
             self._discard_trial_files(ended)
 
     # ---------------------------------------------------------------- write quotas
-    def _hold_write_quotas(self) -> None:
+    def _hold_write_quotas(self, tenants_of: Mapping[int, str]) -> None:
         """Write what the nodes measured of the trials' folders; stop (as a cancel does, with
         the reason) each trial over its trial's or its tenant's storage quota, its folder
         made read-only: it keeps what it wrote, and cannot write more while it stops."""
         now = self.clock()
         with self.uow() as repo:
-            overdrawn = self.write_quotas.overdrawn(repo)
+            overdrawn = self.write_quotas.overdrawn(repo, tenants_of)
             for trial_id, reason in overdrawn:
                 repo.update_trial(trial_id, TrialUpdate(cancel_requested=True, stop_reason=reason))
                 repo.add_event(trial_id, "quota", reason, now)

@@ -303,6 +303,9 @@ class WriteQuotaStore(Protocol):
         ...
 
     def disk_bytes_by_tenant(self) -> dict[str, int]: ...
+    def checkpoint_bytes_of(self, trial_ids: Sequence[int]) -> dict[int, int]:
+        """Bytes of each trial's kept checkpoints (trials without any left out)."""
+        ...
 
 
 class Repository(

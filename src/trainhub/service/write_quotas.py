@@ -10,12 +10,14 @@ the same folder.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from trainhub.core.write_quota import TrialWritten, over_quota
 from trainhub.service.ports import AttemptStatus
 from trainhub.service.repository import Repository
 from trainhub.service.tracking import StorageQuota
+
+NOTICEABLE_BYTES = 1024 * 1024
 
 
 class WriteQuotas:
@@ -40,28 +42,31 @@ class WriteQuotas:
             self._written.pop(trial_id, None)
             self._stopped.discard(trial_id)
 
-    def overdrawn(self, repo: Repository) -> list[tuple[int, str]]:
-        """Write what changed; return (trial id, reason) for each trial to stop now."""
-        changed = {t: b for t, b in self._measured.items() if self._written.get(t) != b}
+    def overdrawn(self, repo: Repository, tenants_of: Mapping[int, str]) -> list[tuple[int, str]]:
+        """Write the measurements that changed noticeably; return (trial id, reason) for each
+        active trial (``tenants_of``: id -> tenant) to stop now. A few aggregate queries per
+        tick, whatever the number of trials (ADR 0025's tick stays cheap)."""
+        changed = {
+            t: b
+            for t, b in self._measured.items()
+            if t in tenants_of and _noticeable(self._written.get(t), b)
+        }
         if not changed:
             return []
         repo.record_disk_bytes(changed)
         self._written.update(changed)
         checkpoints = repo.checkpoint_bytes_by_tenant()
         disks = repo.disk_bytes_by_tenant()
-        tenants = {t.name: t for t in repo.list_tenants()}
+        kept = repo.checkpoint_bytes_of(sorted(changed))
+        quotas = {t.name: StorageQuota.of(t) for t in repo.list_tenants()}
         found = []
         for trial_id in sorted(changed):
-            if trial_id in self._stopped:
+            tenant = tenants_of[trial_id]
+            quota = quotas.get(tenant)
+            if trial_id in self._stopped or quota is None:
                 continue
-            trial = repo.get_trial(trial_id)
-            tenant = tenants.get(trial.tenant) if trial is not None else None
-            if trial is None or tenant is None or trial.state.is_terminal:
-                continue
-            quota = StorageQuota.of(tenant)
-            kept = sum(c.size_bytes for c in repo.list_checkpoints(trial_id))
-            written = TrialWritten(trial_id, trial.tenant, kept, changed[trial_id])
-            tenant_bytes = checkpoints.get(trial.tenant, 0) + disks.get(trial.tenant, 0)
+            written = TrialWritten(trial_id, tenant, kept.get(trial_id, 0), changed[trial_id])
+            tenant_bytes = checkpoints.get(tenant, 0) + disks.get(tenant, 0)
             reason = over_quota(
                 written, quota.max_trial_storage_bytes, tenant_bytes, quota.max_storage_bytes
             )
@@ -69,3 +74,10 @@ class WriteQuotas:
                 self._stopped.add(trial_id)
                 found.append((trial_id, reason))
         return found
+
+
+def _noticeable(written: int | None, measured: int) -> bool:
+    """Worth a write: a first measurement, or a change of at least 1 MiB and 1%."""
+    if written is None:
+        return True
+    return abs(measured - written) >= max(NOTICEABLE_BYTES, written // 100)

@@ -5,12 +5,12 @@ the write it belongs to."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from trainhub.adapters.db.models import TenantRow, TrialRow
+from trainhub.adapters.db.models import CheckpointRow, TenantRow, TrialRow
 
 
 class SqlWriteQuotaStore:
@@ -44,3 +44,13 @@ class SqlWriteQuotaStore:
             .group_by(TenantRow.name)
         ).all()
         return {str(name): int(total) for name, total in rows}
+
+    def checkpoint_bytes_of(self, trial_ids: Sequence[int]) -> dict[int, int]:
+        if not trial_ids:
+            return {}
+        rows = self.s.execute(
+            select(CheckpointRow.trial_id, func.coalesce(func.sum(CheckpointRow.size_bytes), 0))
+            .where(CheckpointRow.trial_id.in_(trial_ids), CheckpointRow.deleted.is_(False))
+            .group_by(CheckpointRow.trial_id)
+        ).all()
+        return {int(trial_id): int(total) for trial_id, total in rows}
