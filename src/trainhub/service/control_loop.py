@@ -412,6 +412,8 @@ class ControlLoop:
         """Write what the nodes measured of the trials' folders; stop (as a cancel does, with
         the reason) each trial over its trial's or its tenant's storage quota, its folder
         made read-only: it keeps what it wrote, and cannot write more while it stops."""
+        if not self.write_quotas.changed(tenants_of):
+            return  # most ticks: no transaction
         now = self.clock()
         with self.uow() as repo:
             overdrawn = self.write_quotas.overdrawn(repo, tenants_of)

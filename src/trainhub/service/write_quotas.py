@@ -42,15 +42,19 @@ class WriteQuotas:
             self._written.pop(trial_id, None)
             self._stopped.discard(trial_id)
 
-    def overdrawn(self, repo: Repository, tenants_of: Mapping[int, str]) -> list[tuple[int, str]]:
-        """Write the measurements that changed noticeably; return (trial id, reason) for each
-        active trial (``tenants_of``: id -> tenant) to stop now. A few aggregate queries per
-        tick, whatever the number of trials (ADR 0025's tick stays cheap)."""
-        changed = {
+    def changed(self, tenants_of: Mapping[int, str]) -> dict[int, int]:
+        """The active trials whose measurement changed noticeably since it was written."""
+        return {
             t: b
             for t, b in self._measured.items()
             if t in tenants_of and _noticeable(self._written.get(t), b)
         }
+
+    def overdrawn(self, repo: Repository, tenants_of: Mapping[int, str]) -> list[tuple[int, str]]:
+        """Write the measurements that changed noticeably; return (trial id, reason) for each
+        active trial (``tenants_of``: id -> tenant) to stop now. A few aggregate queries per
+        tick, whatever the number of trials (ADR 0025's tick stays cheap)."""
+        changed = self.changed(tenants_of)
         if not changed:
             return []
         repo.record_disk_bytes(changed)
