@@ -218,7 +218,9 @@ def write_containment(home: Path, address: str, steps: int) -> dict[str, object]
         flood = _submit_write_attack(plane, "hostile", "log")
         points = _submit_write_attack(plane, "hostile", "metrics")
         bad = [
-            plane.request("GET", "/me", headers={"Authorization": f"Bearer th_bad{i}"}).status_code
+            httpx.get(
+                f"{plane.url}/api/v1/me", headers={"Authorization": f"Bearer th_bad{i}"}
+            ).status_code
             for i in range(25)
         ]
         valid = httpx.get(

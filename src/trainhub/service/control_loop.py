@@ -436,11 +436,7 @@ class ControlLoop:
                     self.trial_files.discard_trial_files(trial_id)
                 except Exception:
                     log.exception("could not remove trial %d's folder", trial_id)
-        measured = [t for t in trial_ids if self.write_quotas.measured(t)]
         self.write_quotas.forget(trial_ids)
-        if measured:
-            with self.uow() as repo:
-                repo.record_disk_bytes(dict.fromkeys(measured, 0))
 
     def _write_end(self, repo: Repository, ending: _Ending, now: float) -> bool:
         """Write one end; True when the trial itself ended (a terminal state)."""
@@ -506,6 +502,8 @@ class ControlLoop:
             current=trial.state,
         )
         refresh_experiment_state(repo, trial.experiment_id, now)
+        if transition.target.is_terminal and trial.disk_bytes:
+            repo.record_disk_bytes({trial.id: 0})  # its folders go now (_discard_trial_files)
         return transition.target.is_terminal
 
     def _steered(self, trial: Trial, transition: Transition) -> Transition:

@@ -33,9 +33,6 @@ class WriteQuotas:
         if folders:
             self._measured[trial_id] = sum(folders.values())
 
-    def measured(self, trial_id: int) -> int | None:
-        return self._measured.get(trial_id)
-
     def forget(self, trial_ids: Iterable[int]) -> None:
         for trial_id in trial_ids:
             self._measured.pop(trial_id, None)
