@@ -88,3 +88,28 @@ def test_a_full_registry_says_so(tmp_path: Path) -> None:
     )
     with pytest.raises(UidBlocksExhausted, match="remove the entries"):
         uid_block("one-more", registry)
+
+
+@pytest.mark.ray
+def test_the_local_head_is_private_and_exports_no_metrics(ray_head: Path) -> None:
+    import time
+
+    from trainhub.adapters.ray_executor.local_cluster import RECORD_NAME, read_record
+
+    record = read_record(ray_head)
+    assert record is not None
+    assert _mode(ray_head / RECORD_NAME) == 0o600
+    temp = Path(record.temp_dir)
+    sessions = [p for p in temp.glob("session_*") if not p.is_symlink()]
+    assert sessions
+    for folder in (temp, *sessions, *(s / "sockets" for s in sessions)):
+        assert _mode(folder) == 0o700, folder
+    # Ray's metrics exporter (every interface, no authentication) is off: its agent records
+    # the port it serves as -1
+    deadline = time.monotonic() + 60
+    ports: list[Path] = []
+    while time.monotonic() < deadline and not ports:
+        ports = list(temp.glob("session_*/metrics_export_port_*"))
+        time.sleep(0.5)
+    assert ports, "the dashboard agent never recorded its metrics export port"
+    assert {p.read_text().strip() for p in ports} == {"-1"}
