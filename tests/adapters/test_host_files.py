@@ -113,3 +113,53 @@ def test_the_local_head_is_private_and_exports_no_metrics(ray_head: Path) -> Non
         time.sleep(0.5)
     assert ports, "the dashboard agent never recorded its metrics export port"
     assert {p.read_text().strip() for p in ports} == {"-1"}
+
+
+def test_a_frozen_folder_cannot_be_written_by_its_trial_and_is_then_removed(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import tempfile
+
+    from trainhub.adapters.ray_executor.trial_folders import discard_folder, freeze_folder
+
+    base = Path(tempfile.mkdtemp(prefix="trainhub-freeze-"))  # in /tmp: others may traverse
+    os.chmod(base, 0o755)
+    folder = base / "trial-checkpoints" / "trial-9"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "fill.bin").write_bytes(b"x" * 100)
+    (folder / "link").symlink_to("/etc/passwd")
+    trial_uid = SANDBOX_UID_BASE + 9
+    root = os.geteuid() == 0
+
+    def as_trial(command: str) -> str:
+        argv = ["setpriv", f"--reuid={trial_uid}", f"--regid={trial_uid}", "--clear-groups"]
+        return subprocess.run(
+            [*argv, "sh", "-c", command], capture_output=True, text=True, check=False
+        ).stdout
+
+    if root:
+        (base / "trial-checkpoints").chmod(0o755)
+        for path in (folder, folder / "sub", folder / "sub" / "fill.bin"):
+            os.chown(path, trial_uid, trial_uid)
+        # before: the trial writes its own folder
+        assert as_trial(f"echo more >> {folder}/sub/fill.bin && echo WROTE") == "WROTE\n"
+    freeze_folder(folder)
+    assert (_mode(folder), _mode(folder / "sub"), _mode(folder / "sub" / "fill.bin")) == (
+        0o555,
+        0o555,
+        0o444,
+    )
+    assert stat.S_IMODE(os.stat("/etc/passwd").st_mode) != 0o444  # a link is not followed
+    if root:
+        assert os.stat(folder / "sub" / "fill.bin").st_uid == 0
+        # the trial's uid can neither write nor make it writable again
+        tried = as_trial(
+            f"chmod 0777 {folder} 2>/dev/null || echo REFUSED; "
+            f"(echo more >> {folder}/sub/fill.bin) 2>/dev/null || echo REFUSED"
+        )
+        assert tried == "REFUSED\nREFUSED\n"
+    discard_folder(folder)
+    assert not folder.exists()
+    discard_folder(base)
+    assert os.path.exists("/etc/passwd")

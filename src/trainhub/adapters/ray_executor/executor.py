@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
-import shutil
 import threading
 import time
 from collections.abc import Mapping
@@ -40,6 +38,7 @@ from trainhub.adapters.ray_executor.rank_worker import (
     actor_name,
     checkpoint_dir,
 )
+from trainhub.adapters.ray_executor.trial_folders import discard_folder, freeze_folder
 from trainhub.core.errors import Conflict, TrainhubError
 from trainhub.core.resources import Node
 from trainhub.core.spec import Placement
@@ -199,13 +198,7 @@ class RayExecutor:
 
     def freeze_trial_files(self, trial_id: int) -> None:
         """Make the trial's checkpoint folder read-only (it passed its storage quota)."""
-        root = self._trial_folder(trial_id)
-        for folder, _dirs, files in os.walk(root):
-            for name in files:
-                with contextlib.suppress(OSError):
-                    os.chmod(os.path.join(folder, name), 0o444, follow_symlinks=False)
-            with contextlib.suppress(OSError):
-                os.chmod(folder, 0o555)
+        freeze_folder(self._trial_folder(trial_id))
 
     def discard_trial_files(self, trial_id: int) -> None:
         """Remove the ended trial's checkpoint folder (its checkpoints are in the store).
@@ -214,13 +207,7 @@ class RayExecutor:
         them on a cluster); a node-local folder (no storage root) goes with the node's work
         folder.
         """
-        root = self._trial_folder(trial_id)
-        if not root.exists():
-            return
-        for folder, _dirs, _files in os.walk(root):  # frozen folders must be writable again
-            with contextlib.suppress(OSError):
-                os.chmod(folder, 0o700)
-        shutil.rmtree(root, ignore_errors=True)
+        discard_folder(self._trial_folder(trial_id))
 
     # --- attempts ---
 
