@@ -115,9 +115,7 @@ def test_the_local_head_is_private_and_exports_no_metrics(ray_head: Path) -> Non
     assert {p.read_text().strip() for p in ports} == {"-1"}
 
 
-def test_a_frozen_folder_cannot_be_written_by_its_trial_and_is_then_removed(
-    tmp_path: Path,
-) -> None:
+def test_a_frozen_folder_cannot_be_written_by_its_trial_and_is_then_removed() -> None:
     import subprocess
     import tempfile
 
