@@ -174,7 +174,7 @@ def _check_disk(target: MetricsTarget) -> None:
             f"trial {target.trial_id} wrote {_gib(target.disk_bytes)} into its checkpoint "
             f"folder, home and scratch; its storage quota is {_gib(quota)}",
             "the trial is being stopped and its folder kept read-only; save less, or ask an "
-            "admin to raise the quota (trainhub admin quotas)",
+            "admin to raise it (trainhub tenants update --trial-storage-gb)",
         )
 
 
