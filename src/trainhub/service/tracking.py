@@ -398,8 +398,8 @@ class TrackingService:
             keep, dropped = within_total(target.metric_points, len(points), self.point_caps)
             if dropped:
                 points = points[:keep]
-                repo.add_metric_counts(trial_id, keep, dropped)
                 if not points:
+                    repo.add_metric_counts(trial_id, 0, dropped)
                     return
             names = {n for _, values in points for n in values}
             alerts = _layer_alerts(points, names)
@@ -420,8 +420,7 @@ class TrackingService:
             latest = _merge_latest(target.latest_metrics, points)
             best = _batch_best(target.searcher, points)
             repo.upsert_metrics(trial_id, attempt, points, now)
-            if not dropped:
-                repo.add_metric_counts(trial_id, len(points), 0)
+            repo.add_metric_counts(trial_id, len(points), dropped)
             if alerts:
                 _record_layer_alerts(repo, trial_id, alerts, now)
             repo.update_trials(
