@@ -40,3 +40,21 @@ def test_the_meter_measures_on_its_thread(tmp_path: Path) -> None:
         assert meter.latest()[str(tmp_path)] >= 10_000
     finally:
         meter.stop()
+
+
+def test_a_wake_measures_again_on_the_meters_thread(tmp_path: Path) -> None:
+    import time
+
+    meter = DiskMeter([str(tmp_path)], 3600, 1000)
+    try:
+        deadline = time.monotonic() + 10
+        while str(tmp_path) not in meter.latest() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        before = meter.latest()[str(tmp_path)]
+        (tmp_path / "new").write_bytes(b"x" * 1_000_000)
+        meter.wake()
+        while meter.latest()[str(tmp_path)] == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert meter.latest()[str(tmp_path)] >= before + 1_000_000
+    finally:
+        meter.stop()

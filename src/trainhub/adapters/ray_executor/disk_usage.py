@@ -61,14 +61,19 @@ class DiskMeter:
         self._latest: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainhub-disk", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while True:
+        while not self._stop.is_set():
             self.measure_now()
-            if self._stop.wait(self._interval_s):
-                return
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+
+    def wake(self) -> None:
+        """Measure again soon, on the meter's thread (never on the caller's)."""
+        self._wake.set()
 
     def measure_now(self) -> dict[str, int]:
         found = {}
@@ -85,3 +90,4 @@ class DiskMeter:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()

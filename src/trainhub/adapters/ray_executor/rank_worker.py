@@ -177,8 +177,10 @@ class RankWorker:
             phase, code, detail = self._phase, self._exit_code, self._detail
             pid = self._proc.pid if self._proc is not None else None
         if phase == EXITED and not self._measured_at_exit:
+            # the end is measured too, on the meter's thread: a status call never waits for a
+            # walk (a busy actor would delay the cleanup queued behind it)
             self._measured_at_exit = True
-            self._disk.measure_now()  # the trial's end is measured, not only its last tick
+            self._disk.wake()
         try:
             log_size: int | None = self._log_path.stat().st_size
         except OSError:
