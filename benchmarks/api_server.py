@@ -129,6 +129,7 @@ def main() -> None:
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
     from trainhub.adapters.storage import LocalArtifactStore
     from trainhub.api.app import create_app
+    from trainhub.core.metric_budget import PointCaps
     from trainhub.core.resources import Node
     from trainhub.server import settle_heap
     from trainhub.service.admin import AdminService
@@ -148,7 +149,9 @@ def main() -> None:
         uow=uow,
         clock=system_clock,
         experiments=ExperimentService(uow, store, system_clock, cluster_nodes=lambda: nodes),
-        tracking=TrackingService(uow, store, system_clock),
+        # the server's capacity is measured here, not the per-trial policy: no minute cap
+        # (20 reporters of 10,000 points each in a burst; docs/security.md has the default)
+        tracking=TrackingService(uow, store, system_clock, PointCaps(per_minute=10**12)),
         admin=admin,
         usage=UsageService(uow, system_clock),
         cluster_nodes=lambda: nodes,

@@ -11,6 +11,10 @@
    (benchmarks/workloads/ddp_mlp.py, gloo) run alternately through the executor with and
    without the sandbox. One line ``{"benchmark": "sandbox_cost", "start_ms", "step_overhead"}``
    (targets: < 50 ms, < 1%).
+3. Writes and authentication (issue 24, items 3-4): a neighbour tenant's step time alone and
+   beside a disk fill past the trial's quota, a log flood, a metric flood and a flood of bad
+   tokens (tests/e2e/write_workload). One line ``{"benchmark": "containment", "attacks",
+   "contained", "neighbour_slowdown"}``; ``--writes-only`` runs just this part (~3 min).
 
 Run it with a fresh home to check a fresh machine too:
 
@@ -30,6 +34,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -150,12 +156,130 @@ def samples_per_s(mode: str, address: str, steps: int, trial_id: int) -> float:
         executor.release(key)
 
 
+# -- what a trial writes and the failed-authentication limit (issue 24, items 3-4) --
+
+WRITES = REPO / "tests" / "e2e" / "write_workload"
+
+
+def _submit_write_attack(plane: ControlPlaneProcess, tenant: str, attack: str, **env: str) -> int:
+    spec = {
+        "name": f"{tenant}-{attack}",
+        "entrypoint": "python train.py",
+        "resources": {"workers": 1, "cpus_per_worker": 1},
+        "max_restarts": 0,
+        "environment": {"variables": {"ATTACK": attack, **env}},
+    }
+    r = plane.request(
+        "POST",
+        "/experiments",
+        data={"spec": json.dumps(spec), "tenant": tenant},
+        files={"context": ("c.tar.gz", pack_dir(WRITES), "application/gzip")},
+    )
+    assert r.status_code == 201, r.text
+    return int(r.json()["trials"][0]["id"])
+
+
+def _ended(trial: dict[str, object]) -> bool:
+    return trial["state"] in ("COMPLETED", "FAILED", "CANCELED")
+
+
+def _step_s(plane: ControlPlaneProcess, trial_id: int) -> float:
+    values = [p["values"]["step_s"] for p in plane.metrics(trial_id)]
+    return statistics.median(values[3:])  # the first steps warm up
+
+
+def write_containment(home: Path, address: str, steps: int) -> dict[str, object]:
+    """A neighbour's step time alone, then beside a disk fill past its quota, a log flood, a
+    metric flood and a flood of bad tokens; which of those were contained."""
+    log_cap = 256 * 1024
+    plane_home = home / "plane-writes"
+    plane_home.mkdir()
+    plane = ControlPlaneProcess(
+        plane_home,
+        address,
+        settings={
+            "max_log_bytes_per_trial": log_cap,
+            "max_metric_points_per_minute": 2000,
+            "max_metric_points_per_trial": 2500,
+        },
+    )
+    plane.start()
+    try:
+        plane.request(
+            "POST", "/tenants", json={"name": "hostile", "max_trial_storage_bytes": 50_000_000}
+        )
+        plane.request("POST", "/tenants", json={"name": "neighbour"})
+        quiet = _submit_write_attack(plane, "neighbour", "steps", STEPS=str(steps))
+        plane.wait_for(quiet, lambda t: t["state"] == "COMPLETED", timeout_s=300)
+        quiet_s = _step_s(plane, quiet)
+
+        beside = _submit_write_attack(plane, "neighbour", "steps", STEPS=str(steps))
+        disk = _submit_write_attack(plane, "hostile", "disk")
+        flood = _submit_write_attack(plane, "hostile", "log")
+        points = _submit_write_attack(plane, "hostile", "metrics")
+        bad = [
+            httpx.get(
+                f"{plane.url}/api/v1/me", headers={"Authorization": f"Bearer th_bad{i}"}
+            ).status_code
+            for i in range(25)
+        ]
+        valid = httpx.get(
+            f"{plane.url}/api/v1/me", headers={"Authorization": f"Bearer {plane.token}"}
+        )
+        plane.wait_for(beside, lambda t: t["state"] == "COMPLETED", timeout_s=300)
+        loaded_s = _step_s(plane, beside)
+        stopped = plane.wait_for(disk, _ended, timeout_s=300)
+        logged = plane.wait_for(flood, _ended, timeout_s=300)
+        metered = plane.wait_for(points, _ended, timeout_s=300)
+        text = plane.log(flood, 0)
+        writes = metered["writes"]
+        contained = {
+            "disk_past_quota": stopped["state"] == "CANCELED"
+            and any("storage quota exceeded" in e["message"] for e in stopped["events"])
+            and not (plane_home / "artifacts" / "trial-checkpoints" / f"trial-{disk}").exists(),
+            "log_flood": logged["state"] == "COMPLETED"
+            and len(text.encode()) <= log_cap
+            and text.rstrip().endswith("LAST LINE"),
+            "metric_flood": writes["metric_requests_throttled"] >= 1
+            and writes["metric_points"] == 2500
+            and writes["metric_points_dropped"] == 500,
+            "bad_token_flood": 401 in bad and valid.status_code == 200,
+        }
+    finally:
+        plane.stop()
+    return {
+        "benchmark": "containment",
+        "scope": "writes and authentication (issue 24, items 3-4)",
+        "attacks": len(contained),
+        "contained": sum(contained.values()),
+        "neighbour_slowdown": round(loaded_s / quiet_s, 3),
+        "neighbour_step_s": {"quiet": round(quiet_s, 4), "beside_attacks": round(loaded_s, 4)},
+        "each": contained,
+        "cpus": os.cpu_count(),
+        "targets": {"contained": "all", "neighbour_slowdown": "<= 1.15"},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--start-repeats", type=int, default=30)
+    parser.add_argument(
+        "--writes-only", action="store_true", help="only the write and authentication attacks"
+    )
+    parser.add_argument("--neighbour-steps", type=int, default=40)
     args = parser.parse_args()
+    if args.writes_only:
+        home = Path(tempfile.mkdtemp(prefix="trainhub-containment-"))
+        try:
+            address = ensure_local_ray(home / "ray", num_cpus=6)
+            line = write_containment(home, address, args.neighbour_steps)
+            print(json.dumps(line), flush=True)
+        finally:
+            stop_local_ray(home / "ray")
+            shutil.rmtree(home, ignore_errors=True)
+        return
     problem = sandbox.bwrap_problem()
     if problem is not None:
         sys.exit(f"no sandbox on this machine: {problem}")
@@ -170,6 +294,7 @@ def main() -> None:
             for attempt, allowed in sorted(escapes(mode, home, address, code).items()):
                 line = {"benchmark": "escape", "sandbox": mode, "attempt": attempt}
                 print(json.dumps({**line, "allowed": allowed}), flush=True)
+        print(json.dumps(write_containment(home, address, args.neighbour_steps)), flush=True)
         start = start_ms(args.start_repeats, home / "start")
         samples_per_s("bwrap", address, 50, 1)  # warm both paths (imports, page cache)
         samples_per_s("none", address, 50, 2)

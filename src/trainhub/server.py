@@ -11,9 +11,13 @@ import gc
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from trainhub.core import limits
+from trainhub.core.metric_budget import PointCaps
 from trainhub.core.scheduling import BasePolicy
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, create_policy
 from trainhub.core.scheduling.fair_config import FairShareConfig
@@ -32,6 +36,9 @@ from trainhub.service.search import SearchService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
+
+if TYPE_CHECKING:
+    from trainhub.adapters.host_files import HostFiles
 
 _FAIR_DEFAULTS = FairShareConfig()
 
@@ -78,6 +85,10 @@ class Settings:
     # used are removed (None: no bound)
     env_cache: Path | None = None
     env_cache_gb: float | None = None
+    # what a trial writes (issue 24; core/limits.py has the defaults and their reasons)
+    max_log_bytes_per_trial: int = limits.DEFAULT_MAX_LOG_BYTES_PER_TRIAL
+    max_metric_points_per_minute: int = limits.MAX_METRIC_POINTS_PER_MINUTE
+    max_metric_points_per_trial: int = limits.MAX_METRIC_POINTS_PER_TRIAL
 
     @property
     def database_url(self) -> str:
@@ -113,9 +124,15 @@ def make_policy(settings: Settings) -> BasePolicy:
 class LoopThread:
     """Runs control-loop ticks on one background thread; ``wake()`` runs the next one now."""
 
-    def __init__(self, loop: ControlLoop, interval_s: float) -> None:
+    def __init__(
+        self,
+        loop: ControlLoop,
+        interval_s: float,
+        after_tick: Callable[[], object] | None = None,
+    ) -> None:
         self.loop = loop
         self.interval_s = interval_s
+        self.after_tick = after_tick  # the host files' modes, checked every tick
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainhub-control-loop", daemon=True)
@@ -135,6 +152,8 @@ class LoopThread:
         while not self._stop.is_set():
             try:
                 self.loop.tick()
+                if self.after_tick is not None:
+                    self.after_tick()
             except Exception:  # a failing tick must not end the loop; the next one retries
                 log.exception("control loop tick failed")
             self._wake.wait(self.interval_s)
@@ -169,6 +188,24 @@ def make_private(settings: Settings) -> None:
         for suffix in ("", "-wal", "-shm", "-journal"):
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(f"{path}{suffix}", 0o600)
+
+
+def host_files(settings: Settings) -> HostFiles:
+    """What must stay private on this host: the local Ray head's folders (Ray resets them to
+    0777), the SQLite databases of this control plane and its state files (issue 24)."""
+    from sqlalchemy.engine import make_url
+
+    from trainhub.adapters.host_files import HostFiles, sqlite_files
+    from trainhub.adapters.optuna_search import optuna_storage_url
+    from trainhub.adapters.ray_executor.local_cluster import RECORD_NAME, read_record
+
+    files = [settings.home / "admin-token", settings.home / "ray" / RECORD_NAME]
+    for url in (settings.database_url, optuna_storage_url(settings.database_url)[0]):
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, ":memory:"):
+            files += sqlite_files(Path(str(parsed.database)))
+    record = None if settings.ray_address else read_record(settings.home / "ray")
+    return HostFiles([Path(record.temp_dir)] if record else [], files)
 
 
 SHUTDOWN_GRACE_S = 10
@@ -241,6 +278,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         settings.api_url,
         usage_half_life_s=settings.usage_half_life_s,
         stop_wait_s=settings.stop_wait_s,
+        max_log_bytes_per_trial=settings.max_log_bytes_per_trial,
     )
     search_uow = SqlSearchUnitOfWork(engine)
     backend = OptunaSearch.for_database(settings.database_url)
@@ -270,8 +308,9 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         hooks=search,
         monitoring=monitoring,
         environments=environments,
+        trial_files=executor,
     )
-    loop_thread = LoopThread(loop, settings.tick_interval_s)
+    loop_thread = LoopThread(loop, settings.tick_interval_s, host_files(settings).check)
     environments.wake = loop_thread.wake  # a build that ends starts its trials at once
     admin = AdminService(uow, clock)
     experiments = ExperimentService(
@@ -295,7 +334,12 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         other_bytes=registry.models.bytes_of_tenant,
     )
     experiments.resolve_data = datasets.pin_data
-    tracking = TrackingService(uow, store, clock)
+    tracking = TrackingService(
+        uow,
+        store,
+        clock,
+        PointCaps(settings.max_metric_points_per_minute, settings.max_metric_points_per_trial),
+    )
     tracking.observe_search = search.observe_trial  # a prune rides on the report's reply
     tracking.other_bytes = lambda tenant: (
         registry.models.bytes_of_tenant(tenant) + datasets.datasets.bytes_of_tenant(tenant)
@@ -308,6 +352,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         admin=admin,
         usage=UsageService(uow, clock),
         cluster_nodes=executor.cluster_nodes,
+        node_addresses=executor.node_addresses,
         sandbox=sandbox.value,
         warnings=tuple(warnings),
         steering=SteeringService(search_uow, experiments, store, backend, clock),

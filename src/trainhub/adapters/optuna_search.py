@@ -30,6 +30,7 @@ from sqlalchemy.engine import make_url
 
 from trainhub.adapters import optuna_speedups
 from trainhub.adapters.db.engine import normalize_url
+from trainhub.adapters.host_files import create_private
 from trainhub.core.search_space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
 from trainhub.service.search_ports import AskedTrial, StudyConfig, TellState
 
@@ -60,6 +61,8 @@ def prepare_optuna_storage(db_url: str) -> optuna.storages.RDBStorage:
     """Create the schema (PostgreSQL) or WAL file (SQLite) and open Optuna's storage."""
     url, kwargs = optuna_storage_url(db_url)
     if url.startswith("sqlite:///"):
+        # 0600 before SQLite creates it (its -wal and -shm copy the mode), as the main one
+        create_private(Path(url.removeprefix("sqlite:///")))
         sqlite = sqlite3.connect(url.removeprefix("sqlite:///"))
         try:
             sqlite.execute("PRAGMA journal_mode=WAL")  # persists in the file

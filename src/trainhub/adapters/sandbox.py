@@ -11,7 +11,8 @@ control plane's home and Ray's session folder, both outside the view, and is nev
 environment).
 
 When the node agent runs as root, bwrap (still root) builds the view and ``setpriv`` then drops
-the rank to a uid/gid of its trial (``SANDBOX_UID_BASE + trial id``) with no capabilities and
+the rank to a uid/gid of its trial (unique on the node across control planes:
+``ray_executor/trial_uids.py``) with no capabilities and
 ``no_new_privs``; otherwise bwrap runs unprivileged in a user namespace with every capability
 dropped.
 

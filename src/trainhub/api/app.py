@@ -11,7 +11,8 @@ from starlette.responses import Response as StarletteResponse
 
 import trainhub
 from trainhub.api.errors import install_error_handlers
-from trainhub.api.guard import FailedAuthLimiter, RequestGuard
+from trainhub.api.failed_auth import FailedAuthLimiter, NodeAddresses
+from trainhub.api.guard import RequestGuard
 from trainhub.api.routes import (
     admin,
     datasets,
@@ -109,7 +110,7 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
         RequestGuard,
         authenticate=services.authenticate,
         body_limit=lambda method, path: body_limit(services, method, path),
-        limiter=limiter or FailedAuthLimiter(),
+        limiter=limiter or FailedAuthLimiter(exempt=NodeAddresses(services.node_addresses)),
     )
 
     @app.get("/healthz", include_in_schema=False)

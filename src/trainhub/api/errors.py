@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
 from fastapi import FastAPI, Request
@@ -10,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from trainhub.core.errors import TrainhubError
+from trainhub.core.errors import RateLimited, TrainhubError
 from trainhub.core.spec_errors import explain
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ def install_error_handlers(app: FastAPI, page_error: PageError | None = None) ->
     @app.exception_handler(TrainhubError)
     async def _trainhub_error(_request: Request, exc: TrainhubError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        if isinstance(exc, RateLimited):
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
         return JSONResponse(exc.to_dict(), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)

@@ -1,17 +1,16 @@
 """What every /api/v1 request passes before its body is read: size bounds, authentication,
-and the rate limit on failed authentication.
+and the rate limit on failed authentication (api/failed_auth.py).
 
 FastAPI reads (and parses) a request's body before it runs the route's dependencies, so a
 300 MiB upload without a valid token used to be parsed whole before its 401. This ASGI
 middleware answers from the headers alone: a declared body over its bound gets 413, a missing
-or wrong token 401, an address that failed authentication too often 429, all before a byte of
-the body is read. The principal it found travels in the request's state to the routes.
+or wrong token 401 (429 where its address, token or principal failed too often; a valid
+token always passes), all before a byte of the body is read. The principal it found travels
+in the request's state to the routes.
 """
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +18,7 @@ import anyio.to_thread
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from trainhub.core import limits
+from trainhub.api.failed_auth import FailedAuthLimiter, describe
 from trainhub.core.errors import TrainhubError, Unauthenticated
 from trainhub.service.ports import Principal
 
@@ -27,55 +26,7 @@ API_PREFIX = "/api/v1/"
 _PUBLIC = frozenset({"/api/v1/openapi.json", "/api/v1/docs", "/api/v1/docs/oauth2-redirect"})
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
-
-class FailedAuthLimiter:
-    """Failed authentications per client address in a sliding window.
-
-    An address with ``max_failures`` failures in the last ``window_s`` seconds is refused
-    (429) until the oldest of them leaves the window, whether its next token is right or not:
-    guessing stops paying. At most ``max_addresses`` addresses are remembered (the least
-    recently failing are forgotten first), so the limiter's own memory is bounded.
-    """
-
-    def __init__(
-        self,
-        max_failures: int = limits.MAX_FAILED_AUTH_PER_WINDOW,
-        window_s: float = limits.FAILED_AUTH_WINDOW_S,
-        max_addresses: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.max_failures = max_failures
-        self.window_s = window_s
-        self.max_addresses = max_addresses
-        self._clock = clock
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
-
-    def _recent(self, address: str) -> deque[float] | None:
-        times = self._failures.get(address)
-        if times is None:
-            return None
-        horizon = self._clock() - self.window_s
-        while times and times[0] <= horizon:
-            times.popleft()
-        if not times:
-            del self._failures[address]
-            return None
-        return times
-
-    def retry_after_s(self, address: str) -> float | None:
-        """Seconds until ``address`` may try again; None when it may now."""
-        times = self._recent(address)
-        if times is None or len(times) < self.max_failures:
-            return None
-        return max(0.0, times[0] + self.window_s - self._clock())
-
-    def failed(self, address: str) -> None:
-        times = self._recent(address) or deque(maxlen=self.max_failures)
-        times.append(self._clock())
-        self._failures[address] = times
-        self._failures.move_to_end(address)
-        while len(self._failures) > self.max_addresses:
-            self._failures.popitem(last=False)
+__all__ = ["API_PREFIX", "FailedAuthLimiter", "RequestGuard"]
 
 
 def _error(status: int, code: str, message: str, hint: str, **headers: str) -> JSONResponse:
@@ -123,22 +74,24 @@ class RequestGuard:
         authorization = headers.get("authorization", "")
         scheme, _, secret = authorization.partition(" ")
         token = secret.strip() if scheme.lower() == "bearer" else ""
-        if token:
-            wait_s = self.limiter.retry_after_s(address)
-            if wait_s is not None:
-                return _error(
-                    429,
-                    "rate_limited",
-                    f"too many failed authentications from {address}: at most "
-                    f"{self.limiter.max_failures} per {self.limiter.window_s:g} s",
-                    f"try again in {wait_s:.0f} s with a valid token",
-                    **{"Retry-After": str(max(1, round(wait_s)))},
-                )
+        # the token first: a valid one is never refused by the failure limit (failed_auth.py)
         try:
             principal = await anyio.to_thread.run_sync(self.authenticate, token or None)
         except Unauthenticated as exc:
             if token:
-                self.limiter.failed(address)
+                keys = self.limiter.keys(address, token, exc.subject)
+                limited = self.limiter.refusal(keys)
+                self.limiter.record(keys)
+                if limited is not None:
+                    key, wait_s = limited
+                    return _error(
+                        429,
+                        "rate_limited",
+                        f"too many failed authentications from {describe(key)}: at most "
+                        f"{self.limiter.max_failures} per {self.limiter.window_s:g} s",
+                        f"try again in {wait_s:.0f} s with a valid token",
+                        **{"Retry-After": str(max(1, round(wait_s)))},
+                    )
             return _error(401, exc.code, exc.message, exc.hint, **{"WWW-Authenticate": "Bearer"})
         except TrainhubError as exc:
             return _error(exc.status_code, exc.code, exc.message, exc.hint)

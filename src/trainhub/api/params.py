@@ -51,7 +51,8 @@ _MEANING = {
     411: "A body was sent without Content-Length.",
     413: "A body, upload or storage quota bound was passed; the message names it.",
     422: "A field is invalid or beyond its bound; 'errors' lists each with its path.",
-    429: "Too many failed authentications from this address; see Retry-After.",
+    429: "Too many failed authentications (a valid token always passes), or a trial's metric "
+    "points over its per-minute cap; see Retry-After.",
 }
 # every route may answer these: the request guard and the body/parameter validation
 _COMMON = (400, 401, 403, 413, 422, 429)

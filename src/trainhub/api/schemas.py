@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import math
 from typing import Annotated, Any, NotRequired
 
@@ -16,7 +17,7 @@ from trainhub.service import records
 from trainhub.service.experiments import ExperimentDetail, TrialDetail
 from trainhub.service.metric_warnings import experiment_metric_warnings, trial_metric_warning
 from trainhub.service.monitoring import NodeInventory
-from trainhub.service.tracking import LogChunk, StorageQuota
+from trainhub.service.tracking import LogChunk, StorageQuota, TrialWrites
 
 
 class _In(BaseModel):
@@ -222,15 +223,37 @@ class LayerAlertsPublic(BaseModel):
     count: int
 
 
+class TrialWritesPublic(BaseModel):
+    """What the trial wrote and the caps on it (issue 24; docs/security.md)."""
+
+    metric_points: int = Field(description="Metric points stored.")
+    metric_points_dropped: int = Field(description="Points dropped past the trial's total cap.")
+    metric_requests_throttled: int = Field(
+        description="Metric requests answered 429 (per-minute cap) since the server started; "
+        "the runtime sent them again, so their points are not lost."
+    )
+    max_metric_points_per_minute: int
+    max_metric_points_per_trial: int
+    disk_bytes: int = Field(
+        description="Bytes of the trial's checkpoint folder, home and scratch, as its nodes "
+        "last measured them (counted with its checkpoints against its storage quotas)."
+    )
+
+    @classmethod
+    def of(cls, w: TrialWrites) -> TrialWritesPublic:
+        return cls(**dataclasses.asdict(w))
+
+
 class TrialDetailPublic(TrialPublic):
     experiment_name: str
     attempts: list[AttemptPublic]
     checkpoints: list[CheckpointPublic]
     events: list[EventPublic]
     alerts: list[LayerAlertPublic] = []
+    writes: TrialWritesPublic | None = None
 
     @classmethod
-    def of_detail(cls, d: TrialDetail) -> TrialDetailPublic:
+    def of_detail(cls, d: TrialDetail, writes: TrialWrites | None = None) -> TrialDetailPublic:
         return cls(
             **TrialPublic.of(d.trial, d.experiment.spec).model_dump(),
             experiment_name=d.experiment.name,
@@ -238,6 +261,7 @@ class TrialDetailPublic(TrialPublic):
             checkpoints=[CheckpointPublic.of(c) for c in d.checkpoints],
             events=[EventPublic(time=e.time, kind=e.kind, message=e.message) for e in d.events],
             alerts=[LayerAlertPublic.of(a) for a in d.alerts],
+            writes=TrialWritesPublic.of(writes) if writes is not None else None,
         )
 
 

@@ -88,10 +88,12 @@ def tenants_update(
         float | None, typer.Option(min=0.001, help="Largest checkpoint file, in GB.")
     ] = None,
     trial_storage_gb: Annotated[
-        float | None, typer.Option(min=0.001, help="Checkpoints one trial keeps, in GB.")
+        float | None,
+        typer.Option(min=0.001, help="Checkpoints and node folders one trial keeps, in GB."),
     ] = None,
     storage_gb: Annotated[
-        float | None, typer.Option(min=0.001, help="Checkpoints the tenant keeps, in GB.")
+        float | None,
+        typer.Option(min=0.001, help="Checkpoints and node folders the tenant keeps, in GB."),
     ] = None,
     default_storage: Annotated[
         bool, typer.Option("--default-storage", help="Storage quotas back to the defaults.")

@@ -30,6 +30,7 @@ from trainhub.cli import (
     search,
 )
 from trainhub.cli.session import EXIT_CODES_HELP
+from trainhub.core import limits
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 from trainhub.core.scheduling.fair_config import FairShareConfig
 
@@ -242,6 +243,34 @@ def server(
             "node monitoring off (docs/monitoring.md).",
         ),
     ] = 5.0,
+    max_log_mb_per_trial: Annotated[
+        float | None,
+        typer.Option(
+            envvar="TRAINHUB_MAX_LOG_MB_PER_TRIAL",
+            min=0.1,
+            help="Output an attempt stores, shared by its ranks; past it a log keeps its "
+            "first lines and its latest, with a marker (default: "
+            f"{limits.DEFAULT_MAX_LOG_BYTES_PER_TRIAL // 1024**2} MiB).",
+        ),
+    ] = None,
+    max_metric_points_per_minute: Annotated[
+        int | None,
+        typer.Option(
+            envvar="TRAINHUB_MAX_METRIC_POINTS_PER_MINUTE",
+            min=limits.MAX_POINTS_PER_REQUEST,
+            help="Metric points one trial may send a minute; more are answered 429 and the "
+            f"runtime sends them later (default: {limits.MAX_METRIC_POINTS_PER_MINUTE}).",
+        ),
+    ] = None,
+    max_metric_points_per_trial: Annotated[
+        int | None,
+        typer.Option(
+            envvar="TRAINHUB_MAX_METRIC_POINTS_PER_TRIAL",
+            min=1,
+            help="Metric points one trial may store in all; more are dropped and counted "
+            f"(default: {limits.MAX_METRIC_POINTS_PER_TRIAL}).",
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane (API and scheduler) until interrupted.
 
@@ -284,6 +313,18 @@ def server(
         settings = dataclasses.replace(settings, usage_half_life_s=usage_half_life_s)
     if reclaim_patience is not None:
         settings = dataclasses.replace(settings, reclaim_patience=reclaim_patience)
+    if max_log_mb_per_trial is not None:
+        settings = dataclasses.replace(
+            settings, max_log_bytes_per_trial=int(max_log_mb_per_trial * 1024**2)
+        )
+    if max_metric_points_per_minute is not None:
+        settings = dataclasses.replace(
+            settings, max_metric_points_per_minute=max_metric_points_per_minute
+        )
+    if max_metric_points_per_trial is not None:
+        settings = dataclasses.replace(
+            settings, max_metric_points_per_trial=max_metric_points_per_trial
+        )
     from sqlalchemy.exc import OperationalError
 
     from trainhub.adapters.sandbox import SandboxUnavailable

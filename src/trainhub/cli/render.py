@@ -404,6 +404,8 @@ def trial_view(t: JSON, now: float | None = None) -> RenderableType:
         pairs.append(("stop requested", t["stop_requested"]))
     for warning in t.get("warnings") or []:
         pairs.append(("warning", Text(warning, style="yellow")))
+    if t.get("writes"):
+        pairs.append(("writes", writes_text(t["writes"])))
     progress = progress_renderable(t.get("progress") or {})
     if progress is not None:
         pairs.append(("progress", progress))
@@ -431,6 +433,20 @@ def trial_view(t: JSON, now: float | None = None) -> RenderableType:
     if t.get("events"):
         parts += [Text(""), events_table(t["events"])]
     return Group(*parts)
+
+
+def writes_text(w: JSON) -> Text:
+    """What a trial wrote against its caps: metric points and its folders on its nodes."""
+    text = Text(
+        f"{w['metric_points']:,} metric points of {w['max_metric_points_per_trial']:,} "
+        f"(at most {w['max_metric_points_per_minute']:,} a minute)"
+    )
+    if w["metric_points_dropped"]:
+        text.append(f", {w['metric_points_dropped']:,} dropped past the cap", style="red")
+    if w["metric_requests_throttled"]:
+        text.append(f", {w['metric_requests_throttled']:,} requests throttled", style="yellow")
+    text.append(f"; {gigabytes(w['disk_bytes'])} in its folders on its nodes")
+    return text
 
 
 def next_steps(lines: list[tuple[str, str]]) -> Text:

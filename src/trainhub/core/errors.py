@@ -92,7 +92,7 @@ class QuotaExceeded(TrainhubError):
 
 
 class RateLimited(TrainhubError):
-    """Too many failed authentications from one client address."""
+    """Too many requests: failed authentications, or a trial's metric points (Retry-After)."""
 
     status_code = 429
     code = "rate_limited"
@@ -105,6 +105,12 @@ class RateLimited(TrainhubError):
 class Unauthenticated(TrainhubError):
     status_code = 401
     code = "unauthenticated"
+
+    def __init__(self, message: str, hint: str = "", subject: str | None = None) -> None:
+        super().__init__(message, hint)
+        # who the token belonged to, when it exists but no longer works (revoked, expired):
+        # the failed-authentication limit counts that principal too (api/failed_auth.py)
+        self.subject = subject
 
 
 class PermissionDenied(TrainhubError):

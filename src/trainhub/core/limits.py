@@ -67,6 +67,21 @@ MAX_FILTERED_SAMPLES = 4000
 MAX_JSON_BODY_BYTES = 1024 * 1024
 MAX_METRICS_BODY_BYTES = 1024 * 1024  # the runtime splits its batches to stay under this
 
+# what a trial writes besides the API's checkpoints (issue 24; docs/security.md). Metric
+# points: per trial per minute (over it: 429 with Retry-After, the runtime waits and sends
+# again) and in all (points past it are dropped and counted). A point is one step's values.
+MAX_METRIC_POINTS_PER_MINUTE = 6_000
+MAX_METRIC_POINTS_PER_TRIAL = 1_000_000
+# each attempt's output, per trial (split evenly over its ranks): past it a rank's stored log
+# keeps its first quarter and its latest lines, with a marker saying how much was dropped
+DEFAULT_MAX_LOG_BYTES_PER_TRIAL = 64 * 1024**2
+MIN_LOG_BYTES_PER_RANK = 64 * 1024
+# the bytes of a trial's checkpoint folder, home and scratch (counted with the API's
+# checkpoints against the trial's and the tenant's storage quotas) are measured on its nodes
+# at most this often, and once more when an attempt ends
+DISK_MEASURE_INTERVAL_S = 10.0
+MAX_DISK_MEASURE_ENTRIES = 200_000  # files one measurement walks before it stops (and says so)
+
 # storage quotas (defaults where the tenant's admin set none)
 DEFAULT_MAX_CHECKPOINT_BYTES = 16 * 1024**3
 DEFAULT_MAX_TRIAL_STORAGE_BYTES = 64 * 1024**3
@@ -87,9 +102,13 @@ MAX_PROFILE_OPS = 50
 MAX_PROFILE_OP_NAME_CHARS = 512
 MAX_PROFILE_TRACE_BYTES = 64 * 1024 * 1024
 
-# failed authentication: this many per client address in a window, then 429 until it ends
+# failed authentication: this many per key (client address, presented token prefix,
+# principal) in a window, then its failures get 429 until it ends; a valid token always
+# passes, and the cluster's own node addresses are never limited as a whole (api/failed_auth)
 MAX_FAILED_AUTH_PER_WINDOW = 20
 FAILED_AUTH_WINDOW_S = 60.0
+MAX_FAILED_AUTH_KEYS = 30_000  # keys the limiter remembers (least recently failing forgotten)
+NODE_ADDRESSES_REFRESH_S = 30.0  # how often the node addresses are read again from Ray
 
 
 def check_plain_values(data: Any, path: str = "") -> list[FieldError]:

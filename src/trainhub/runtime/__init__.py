@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from trainhub.runtime.checkpoints import CheckpointHandle
     from trainhub.runtime.context import Context, init
     from trainhub.runtime.distributed.strategies import AllReduceStrategy
+    from trainhub.runtime.errors import QuotaExceeded
     from trainhub.runtime.model import BaseCommStrategy, unwrap_model
     from trainhub.runtime.options import RuntimeOptions
     from trainhub.runtime.sample_filter import apply_sample_filter
@@ -39,6 +40,7 @@ __all__ = [
     "BaseCommStrategy",
     "CheckpointHandle",
     "Context",
+    "QuotaExceeded",
     "RuntimeOptions",
     "apply_sample_filter",
     "init",
@@ -49,6 +51,7 @@ _LAZY = {
     "init": "trainhub.runtime.context",
     "Context": "trainhub.runtime.context",
     "CheckpointHandle": "trainhub.runtime.checkpoints",
+    "QuotaExceeded": "trainhub.runtime.errors",
     "RuntimeOptions": "trainhub.runtime.options",
     "AllReduceStrategy": "trainhub.runtime.distributed.strategies",
     "BaseCommStrategy": "trainhub.runtime.model",

@@ -100,6 +100,9 @@ class CheckpointHandle:
 class BaseCheckpointStore(ABC):
     """Where checkpoints are written to and read from."""
 
+    # why the control plane refused an upload for the trial's storage quota, or None
+    quota_refusal: str | None = None
+
     @abstractmethod
     def save(
         self, state: Mapping[str, Any], step: int, metrics: Mapping[str, float]
@@ -293,6 +296,8 @@ class RemoteCheckpointStore(BaseCheckpointStore):
                     )
                 except ControlPlaneError as exc:
                     message = f"the control plane refused the checkpoint: {exc}"
+                    if exc.over_quota:
+                        self.quota_refusal = str(exc)
                     print(
                         f"trainhub: checkpoint of step {handle.step} not registered, kept at "
                         f"{handle.path}: {message}",

@@ -463,6 +463,7 @@ class Context:
         """
         if not self.is_chief:
             return
+        self._raise_over_quota()
         step = _as_step(step)
         if not metrics:
             raise ValueError(
@@ -471,6 +472,15 @@ class Context:
         self._metrics.add(make_point(step, coerce_metrics(metrics)))
         if self._env.searcher_metric is not None and self._env.searcher_metric in metrics:
             self._stop_check_due = True
+
+    def _raise_over_quota(self) -> None:
+        """Raise QuotaExceeded once the control plane refused a report or an upload because
+        the trial passed its storage quota (the message has the numbers)."""
+        refusal = self._metrics.quota_refusal or self._checkpoints.quota_refusal
+        if refusal:
+            from trainhub.runtime.errors import QuotaExceeded
+
+            raise QuotaExceeded(refusal)
 
     def set_progress(
         self, current: float, total: float | None = None, unit: str = "epochs"
@@ -539,6 +549,7 @@ class Context:
                 state = packed
         if not self.is_chief:
             return None
+        self._raise_over_quota()
         step = _as_step(step)
         values = {k: v for k, v in coerce_metrics(metrics or {}).items() if math.isfinite(v)}
         return self._checkpoints.save(state, step, values)

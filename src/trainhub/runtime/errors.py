@@ -20,6 +20,16 @@ class SpecRefused(ValueError):
     """
 
 
+class QuotaExceeded(RuntimeError):
+    """The trial wrote more than its storage quota allows (its checkpoints and what it wrote
+    into its checkpoint folder, home and scratch); the message has the numbers.
+
+    ``ctx.report`` and ``ctx.save_checkpoint`` raise it once the control plane refused a
+    report or an upload for this reason; the control plane stops the trial meanwhile and
+    keeps its folder read-only.
+    """
+
+
 @contextlib.contextmanager
 def refusing_the_spec() -> Iterator[None]:
     """Raise the ``ValueError`` of a step the spec drives (``ctx.init_model``,

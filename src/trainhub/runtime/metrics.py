@@ -96,6 +96,9 @@ def coerce_metrics(metrics: Mapping[str, object]) -> dict[str, float]:
 class BaseMetricsSink(ABC):
     """Receives the points and progress of rank 0."""
 
+    # why the control plane refused a batch for the trial's storage quota, or None
+    quota_refusal: str | None = None
+
     @abstractmethod
     def add(self, point: protocol.MetricPoint) -> None:
         """Take one point; never blocks on I/O to the control plane."""
@@ -348,6 +351,8 @@ class RemoteMetricsSink(BaseMetricsSink):
                         waker=self._waker,
                     )
                 except ControlPlaneError as exc:
+                    if exc.over_quota:
+                        self.quota_refusal = str(exc)
                     # a 4xx is a bug on one side: retrying would block every later point
                     print(
                         f"trainhub: the control plane refused {in_flight} metric points; "

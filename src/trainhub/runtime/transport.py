@@ -30,15 +30,29 @@ _CHUNK_BYTES = 1 << 20
 
 
 class TransientError(Exception):
-    """The control plane could not be reached or answered 408, 429 or 5xx: try again later."""
+    """The control plane could not be reached or answered 408, 429 or 5xx: try again later.
+
+    ``retry_after_s``: how long the control plane asked to wait (a 429's Retry-After: the
+    trial's metric points over their per-minute cap), or None.
+    """
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ControlPlaneError(Exception):
     """The control plane refused a request (4xx other than 408/429): retrying cannot help."""
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    def __init__(self, message: str, status_code: int | None = None, code: str = "") -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.code = code  # the "code" of the JSON body (storage_quota_exceeded, ...)
+
+    @property
+    def over_quota(self) -> bool:
+        """The trial passed a storage quota: the script hears it as QuotaExceeded."""
+        return self.code == "storage_quota_exceeded"
 
 
 class DeadlineExceeded(Exception):
@@ -216,8 +230,22 @@ def _check(response: httpx.Response, what: str) -> None:
         return
     detail = response.text[:500]
     if status in _RETRYABLE_STATUS or status >= 500:
-        raise TransientError(f"{what}: HTTP {status} {detail}")
-    raise ControlPlaneError(f"{what}: HTTP {status} {detail}", status)
+        raise TransientError(f"{what}: HTTP {status} {detail}", _retry_after_s(response))
+    try:
+        code = str(response.json().get("code", ""))
+    except (ValueError, AttributeError):
+        code = ""
+    raise ControlPlaneError(f"{what}: HTTP {status} {detail}", status, code)
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    """The Retry-After header in seconds (the form trainhub sends), capped at 10 minutes."""
+    raw = response.headers.get("Retry-After", "")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        return None
+    return min(600.0, seconds) if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _json(response: httpx.Response, what: str) -> Any:
@@ -302,11 +330,21 @@ def retry_transient(
             now = time.monotonic()
             # one line at the first failure and then every minute: enough to see an outage
             if now - last_logged >= 60:
-                logger.warning(
-                    "trainhub: %s failed (%s); control plane unreachable, retrying", what, exc
-                )
+                if exc.retry_after_s is not None:
+                    logger.warning(
+                        "trainhub: %s throttled by the control plane (%s); sending again in %.0f s",
+                        what,
+                        exc,
+                        exc.retry_after_s,
+                    )
+                else:
+                    logger.warning(
+                        "trainhub: %s failed (%s); control plane unreachable, retrying", what, exc
+                    )
                 last_logged = now
-            delay = min(backoff.next_delay(), max(0.0, deadline() - now))
+            # the server's Retry-After wins over a shorter back-off: sooner is refused again
+            wait_s = max(backoff.next_delay(), exc.retry_after_s or 0.0)
+            delay = min(wait_s, max(0.0, deadline() - now))
             if waker is not None:
                 waker.sleep(delay)
             else:

@@ -42,10 +42,15 @@ def authenticate(repo: Repository, secret: str | None, now: float) -> Principal:
             "the CLI reads TRAINHUB_TOKEN or the login saved by `trainhub login`",
         )
     token = repo.find_token(hash_token(secret))
-    if token is None or token.revoked:
+    if token is None:
         raise Unauthenticated("the API token is not valid", "ask an admin for a new token")
+    subject = f"trial-{token.trial_id}" if token.trial_id is not None else f"user-{token.user_id}"
+    if token.revoked:
+        raise Unauthenticated(
+            "the API token is not valid", "ask an admin for a new token", subject=subject
+        )
     if token.expires_at is not None and token.expires_at <= now:
-        raise Unauthenticated("the API token has expired", "create a new one")
+        raise Unauthenticated("the API token has expired", "create a new one", subject=subject)
     # one write a minute at most: every request authenticates, and a write per request would
     # make a flood of (refused) requests contend for the database with everyone else's
     if token.last_used_at is None or now - token.last_used_at >= TOUCH_INTERVAL_S:
@@ -55,7 +60,7 @@ def authenticate(repo: Repository, secret: str | None, now: float) -> Principal:
     assert token.user_id is not None
     user = repo.get_user(token.user_id)
     if user is None or not user.active:
-        raise Unauthenticated("the token's user is disabled", "ask an admin")
+        raise Unauthenticated("the token's user is disabled", "ask an admin", subject=subject)
     return Principal(user.id, user.username, user.is_admin, dict(user.roles))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from trainhub.core.resources import Node
@@ -40,6 +40,9 @@ class Services:
     profiling: ProfilingService | None = None  # trainhub profile (api/routes/profiles)
     environments: EnvironmentService | None = None  # trainhub envs (api/routes/environments)
     datasets: DatasetService | None = None  # trainhub data (api/routes/datasets)
+    # the IP addresses of the cluster's nodes: never locked out as a whole by the
+    # failed-authentication limit (api/failed_auth.py); loopback always counts
+    node_addresses: Callable[[], Iterable[str]] = tuple
 
     def authenticate(self, secret: str | None) -> Principal:
         return authenticate_with(self.uow, self.clock, secret)

@@ -24,6 +24,8 @@ from typing import Any
 
 from trainhub.core.fairshare import DecayedUsage
 from trainhub.core.gcpause import collection_paused
+from trainhub.core.limits import DEFAULT_MAX_LOG_BYTES_PER_TRIAL
+from trainhub.core.log_cap import LogCap
 from trainhub.core.resources import ResourceRequest
 from trainhub.core.scheduling import BasePolicy, Pending, Preempt, Start
 from trainhub.core.searcher_metric import failure_at_end
@@ -56,7 +58,13 @@ from trainhub.service.failed_attempts import judge_failed_attempt
 from trainhub.service.keys import attempt_key, log_key
 from trainhub.service.monitoring import MonitoringService
 from trainhub.service.observed_trials import ObservedTrials
-from trainhub.service.ports import ArtifactStore, AttemptLaunch, AttemptStatus, Executor
+from trainhub.service.ports import (
+    ArtifactStore,
+    AttemptLaunch,
+    AttemptStatus,
+    Executor,
+    TrialFiles,
+)
 from trainhub.service.records import (
     KEEP,
     ActiveRecord,
@@ -69,7 +77,9 @@ from trainhub.service.records import (
 from trainhub.service.repository import Repository, UnitOfWork
 from trainhub.service.scheduling_view import SchedulingView
 from trainhub.service.search_ports import TrialHooks
+from trainhub.service.trial_logs import LogPosition, RankLogs
 from trainhub.service.trial_writes import write_trial
+from trainhub.service.write_quotas import WriteQuotas
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +131,8 @@ class LoopConfig:
     # how many similar completed trials an estimate needs
     estimates_refresh_s: float = 60.0
     estimate_min_samples: int = 3
+    # each attempt's stored output, shared by its ranks (core/log_cap.py; admins set it)
+    max_log_bytes_per_trial: int = DEFAULT_MAX_LOG_BYTES_PER_TRIAL
 
     def __post_init__(self) -> None:
         if not self.api_url.startswith(("http://", "https://")):
@@ -158,6 +170,7 @@ class ControlLoop:
         hooks: TrialHooks | None = None,
         monitoring: MonitoringService | None = None,
         environments: EnvironmentService | None = None,
+        trial_files: TrialFiles | None = None,
     ) -> None:
         self.uow = uow
         # builds the environments of specs that ask for packages, before placement (ADR 0026)
@@ -183,8 +196,12 @@ class ControlLoop:
         # the active trials and their open attempts, kept from the numbered changes
         self.observed = ObservedTrials(self.view.resync_s)
         self._last_orphan_check = float("-inf")
-        # attempt key -> rank -> bytes of its log stored (see _poll_with_logs)
-        self._log_sizes: dict[str, dict[int, int]] = {}
+        # attempt key -> rank -> where its log stands (see _poll_with_logs)
+        self._log_sizes: dict[str, dict[int, LogPosition]] = {}
+        self._rank_logs = RankLogs(store)
+        # what trials write on their nodes, against their storage quotas (issue 24)
+        self.write_quotas = WriteQuotas()
+        self.trial_files = trial_files
 
     @property
     def usage(self) -> DecayedUsage:
@@ -216,6 +233,7 @@ class ControlLoop:
             self._end_all(ends)
         if running:
             self._mark_running(running)
+        self._hold_write_quotas({t.id: t.tenant for t in active if not t.state.is_terminal})
         if len(self._log_sizes) > len(attempts):  # ended attempts' counts
             polled = {a.key for a in attempts.values()}
             self._log_sizes = {k: v for k, v in self._log_sizes.items() if k in polled}
@@ -306,24 +324,31 @@ class ControlLoop:
                 repo.add_event(trial.id, "running", f"attempt {attempt.number} running", now)
 
     def _poll_with_logs(self, trial: Trial | ActiveRecord, attempt: Attempt) -> AttemptStatus:
-        # how much of each rank's log is stored: the loop is its only writer, so it counts
-        # what it wrote; the store is asked once per attempt (at its first poll by this
-        # process), not every tick (3,000 running trials: most of a tick went to those stats)
-        offsets = self._log_sizes.get(attempt.key)
-        if offsets is None:
-            offsets = {
-                rank: self.store.size(log_key(trial.tenant, trial.id, attempt.number, rank))
-                for rank in range(len(attempt.placement))
+        # where each rank's log stands (stored bytes, node offset): the loop is its only
+        # writer, so it counts what it wrote; the store is asked once per attempt (at its first
+        # poll by this process), not every tick (3,000 running trials: most of a tick went to
+        # those stats). Each log is capped, its head and latest lines kept (trial_logs.py)
+        world_size = len(attempt.placement)
+        cap = LogCap.per_rank(self.config.max_log_bytes_per_trial, world_size)
+        positions = self._log_sizes.get(attempt.key)
+        if positions is None:
+            positions = {
+                rank: self._rank_logs.position(
+                    log_key(trial.tenant, trial.id, attempt.number, rank), cap
+                )
+                for rank in range(world_size)
             }
-            self._log_sizes[attempt.key] = offsets
-        status = self.executor.poll(attempt.key, dict(offsets))
+            self._log_sizes[attempt.key] = positions
+        status = self.executor.poll(attempt.key, {r: p.read for r, p in positions.items()})
+        self.write_quotas.observe(trial.id, status)
         for rank_status in status.ranks:
-            chunk = rank_status.log_chunk
-            if chunk:
+            position = positions.get(rank_status.rank)
+            if position is None:
+                continue
+            if rank_status.log_chunk or position.skipped:
                 key = log_key(trial.tenant, trial.id, attempt.number, rank_status.rank)
-                at = offsets.get(rank_status.rank, 0)
-                self.store.write_at(key, at, chunk)
-                offsets[rank_status.rank] = at + len(chunk)
+                self._rank_logs.append(key, position, cap, rank_status.log_chunk)
+            self._rank_logs.skip_behind(position, cap, rank_status.log_size)
         return status
 
     def _last_log_line(self, trial: Trial | ActiveRecord, attempt: Attempt, rank: int) -> str:
@@ -389,17 +414,50 @@ class ControlLoop:
         them again (their output is stored already)."""
         now = self.clock()
         with self.uow() as repo:
-            for ending in endings:
-                self._write_end(repo, ending, now)
+            ended = [e.trial_id for e in endings if self._write_end(repo, e, now)]
         for ending in endings:
             if ending.attempt is not None:
                 self.executor.release(ending.attempt.key)
+        if ended:
+            self._discard_trial_files(ended)
 
-    def _write_end(self, repo: Repository, ending: _Ending, now: float) -> None:
+    # ---------------------------------------------------------------- write quotas
+    def _hold_write_quotas(self, tenants_of: Mapping[int, str]) -> None:
+        """Write what the nodes measured of the trials' folders; stop (as a cancel does, with
+        the reason) each trial over its trial's or its tenant's storage quota, its folder
+        made read-only: it keeps what it wrote, and cannot write more while it stops."""
+        if not self.write_quotas.changed(tenants_of):
+            return  # most ticks: no transaction
+        now = self.clock()
+        with self.uow() as repo:
+            overdrawn = self.write_quotas.overdrawn(repo, tenants_of)
+            for trial_id, reason in overdrawn:
+                repo.update_trial(trial_id, TrialUpdate(cancel_requested=True, stop_reason=reason))
+                repo.add_event(trial_id, "quota", reason, now)
+        for trial_id, reason in overdrawn:
+            log.warning("trial %d: %s", trial_id, reason)
+            if self.trial_files is not None:
+                try:
+                    self.trial_files.freeze_trial_files(trial_id)
+                except Exception:
+                    log.exception("could not make trial %d's folder read-only", trial_id)
+
+    def _discard_trial_files(self, trial_ids: Sequence[int]) -> None:
+        """Retention of ended trials' folders: removed, and no longer counted."""
+        if self.trial_files is not None:
+            for trial_id in trial_ids:
+                try:
+                    self.trial_files.discard_trial_files(trial_id)
+                except Exception:
+                    log.exception("could not remove trial %d's folder", trial_id)
+        self.write_quotas.forget(trial_ids)
+
+    def _write_end(self, repo: Repository, ending: _Ending, now: float) -> bool:
+        """Write one end; True when the trial itself ended (a terminal state)."""
         attempt, outcome, detail = ending.attempt, ending.verdict.outcome, ending.detail
         trial = repo.get_trial(ending.trial_id)
         if trial is None:
-            return
+            return False
         retry = ending.verdict.retry
         if attempt is not None and outcome == AttemptOutcome.FAILED and retry:
             # a failure that will always repeat is not retried (core/failures.py)
@@ -469,6 +527,9 @@ class ControlLoop:
             current=trial.state,
         )
         refresh_experiment_state(repo, trial.experiment_id, now)
+        if transition.target.is_terminal and trial.disk_bytes:
+            repo.record_disk_bytes({trial.id: 0})  # its folders go now (_discard_trial_files)
+        return transition.target.is_terminal
 
     def _steered(self, trial: Trial, transition: Transition) -> Transition:
         """A pruned trial ends PRUNED (not CANCELED), a paused one waits PAUSED (not QUEUED)."""

@@ -54,6 +54,10 @@ class RankStatus:
     # new output of the rank (stdout and stderr interleaved) from the offset asked for
     log_chunk: bytes = b""
     node_id: str | None = None
+    # the bytes of the rank's whole output on its node (None: not known), and what its node
+    # measured of the trial's folders it sees: (path, bytes) pairs (issue 24)
+    log_size: int | None = None
+    disk: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,14 @@ class AttemptStatus:
     phase: AttemptPhase
     ranks: tuple[RankStatus, ...] = ()
     detail: str = ""
+
+
+class TrialFiles(Protocol):
+    """The folders a trial writes on its nodes besides the API (its checkpoint folder):
+    made read-only when the trial passes its storage quota, removed when the trial ends."""
+
+    def freeze_trial_files(self, trial_id: int) -> None: ...
+    def discard_trial_files(self, trial_id: int) -> None: ...
 
 
 class Executor(Protocol):

@@ -94,6 +94,11 @@ class Trial:
     attained_service: float = 0.0
     # run time its latest checkpoint holds: where the next attempt resumes
     progress_s: float = 0.0
+    # metric points stored, and dropped over the trial's cap; bytes its nodes measured in its
+    # checkpoint folder, home and scratch (issue 24)
+    metric_points: int = 0
+    metric_points_dropped: int = 0
+    disk_bytes: int = 0
 
 
 class SchedulingRecord(NamedTuple):
@@ -245,6 +250,9 @@ class MetricsTarget:
     latest_metrics: dict[str, Any]
     has_attempt: bool  # the trial has the attempt the batch names
     searcher: dict[str, Any] | None  # the experiment spec's ``searcher`` section
+    metric_points: int = 0  # points stored so far (the trial's total cap counts them)
+    disk_bytes: int = 0  # its folders on its nodes, as last measured
+    max_trial_storage_bytes: int | None = None  # the tenant's quota per trial (None: default)
 
 
 @dataclass(frozen=True)

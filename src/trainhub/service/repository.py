@@ -15,7 +15,7 @@ the state the service saw (compare and set), so a fake repository cannot skip th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -293,6 +293,21 @@ class LayerAlertStore(Protocol):
         ...
 
 
+class WriteQuotaStore(Protocol):
+    """What a trial wrote beyond the API's checkpoints (issue 24): metric points stored and
+    dropped over the trial's cap, and the bytes its nodes measured in its folders."""
+
+    def add_metric_counts(self, trial_id: int, stored: int, dropped: int) -> None: ...
+    def record_disk_bytes(self, sizes: Mapping[int, int]) -> None:
+        """Trial id -> bytes of its checkpoint folder, home and scratch, as last measured."""
+        ...
+
+    def disk_bytes_by_tenant(self) -> dict[str, int]: ...
+    def checkpoint_bytes_of(self, trial_ids: Sequence[int]) -> dict[int, int]:
+        """Bytes of each trial's kept checkpoints (trials without any left out)."""
+        ...
+
+
 class Repository(
     TenantStore,
     AuthStore,
@@ -304,6 +319,7 @@ class Repository(
     CheckpointStore,
     EventStore,
     LayerAlertStore,
+    WriteQuotaStore,
     Protocol,
 ):
     """Every role: what one unit of work yields."""

@@ -17,8 +17,10 @@ from trainhub.core.errors import (
     NotFound,
     PermissionDenied,
     QuotaExceeded,
+    RateLimited,
     TooLarge,
 )
+from trainhub.core.metric_budget import PointCaps, PointWindow, within_total
 from trainhub.core.spec import ExperimentSpec
 from trainhub.core.states import TrialState
 from trainhub.service.auth import check_trial_scope
@@ -163,6 +165,19 @@ def _check_writer(
         )
 
 
+def _check_disk(target: MetricsTarget) -> None:
+    """A trial whose folders on its nodes passed its storage quota hears it from its next
+    report (the runtime raises QuotaExceeded); the control loop stops it meanwhile."""
+    quota = target.max_trial_storage_bytes or limits.DEFAULT_MAX_TRIAL_STORAGE_BYTES
+    if target.disk_bytes > quota:
+        raise QuotaExceeded(
+            f"trial {target.trial_id} wrote {_gib(target.disk_bytes)} into its checkpoint "
+            f"folder, home and scratch; its storage quota is {_gib(quota)}",
+            "the trial is being stopped and its folder kept read-only; save less, or ask an "
+            "admin to raise it (trainhub tenants update --trial-storage-gb)",
+        )
+
+
 def _refuse_attempt(repo: Repository, trial_id: int, attempt: int) -> NoReturn:
     numbers = [a.number for a in repo.list_attempts(trial_id)]
     have = f"its attempts are {', '.join(map(str, numbers))}" if numbers else "it has none"
@@ -293,8 +308,26 @@ def _gib(size: int) -> str:
     return f"{size / 1024**3:.2f} GiB"
 
 
+@dataclass(frozen=True)
+class TrialWrites:
+    """What a trial wrote and the caps on it, as ``trainhub show`` and the API show them."""
+
+    metric_points: int
+    metric_points_dropped: int
+    metric_requests_throttled: int  # 429s since this server started (the runtime resent them)
+    max_metric_points_per_minute: int
+    max_metric_points_per_trial: int
+    disk_bytes: int  # its checkpoint folder, home and scratch, as its nodes last measured
+
+
 class TrackingService:
-    def __init__(self, uow: UnitOfWork, store: ArtifactStore, clock: Clock) -> None:
+    def __init__(
+        self,
+        uow: UnitOfWork,
+        store: ArtifactStore,
+        clock: Clock,
+        point_caps: PointCaps | None = None,
+    ) -> None:
         self.uow = uow
         self.store = store
         self.clock = clock
@@ -304,6 +337,10 @@ class TrackingService:
         # the searcher's look at a trial's new values of its metric (SearchService.observe_trial,
         # wired by the server): a prune decided on a report is decided before its reply
         self.observe_search: Callable[[int], object] | None = None
+        self.point_caps = point_caps or PointCaps()
+        # points per trial in the last minute: in this process's memory (one control plane
+        # serves the API); a restart forgets at most a minute of it
+        self.point_window = PointWindow(self.point_caps)
 
     def report_metrics(
         self,
@@ -320,6 +357,33 @@ class TrackingService:
         if searched and self.observe_search is not None:
             self.observe_search(trial_id)
         return self.signals(principal, trial_id)
+
+    def writes(self, trial: Trial) -> TrialWrites:
+        return TrialWrites(
+            trial.metric_points,
+            trial.metric_points_dropped,
+            self.point_window.throttled(trial.id),
+            self.point_caps.per_minute,
+            self.point_caps.per_trial,
+            trial.disk_bytes,
+        )
+
+    def _admit_points(self, principal: Principal, trial_id: int, points: int, now: float) -> None:
+        """The per-minute cap, before any database work: a flood costs a dictionary look-up.
+        Only the trial's own token spends its budget (another's is refused later, in the
+        transaction, and must not throttle it); admins are not throttled."""
+        if principal.trial_id != trial_id or not points:
+            return
+        wait_s = self.point_window.admit(trial_id, points, now)
+        if wait_s is not None:
+            caps = self.point_caps
+            raise RateLimited(
+                f"trial {trial_id} sent more than {caps.per_minute} metric points in the last "
+                f"minute (this request has {points})",
+                f"the runtime waits Retry-After ({wait_s:.0f} s) and sends them again; report "
+                "less often (an admin sets the cap)",
+                retry_after_s=wait_s,
+            )
 
     def record_metrics(
         self,
@@ -347,13 +411,22 @@ class TrackingService:
             if errors:
                 raise InvalidSpec(errors[:20])
         now = self.clock()
-        names = {n for _, values in points for n in values}
-        alerts = _layer_alerts(points, names)
+        self._admit_points(principal, trial_id, len(points), now)
         with self.uow() as repo:
             target = repo.metrics_target(trial_id, attempt)
             if target is None:
                 raise NotFound(f"trial {trial_id} does not exist")
             _check_metrics_writer(repo, principal, target, attempt, now)
+            _check_disk(target)
+            # past the trial's total: the rest is dropped and counted (shown with the trial)
+            keep, dropped = within_total(target.metric_points, len(points), self.point_caps)
+            if dropped:
+                points = points[:keep]
+                if not points:
+                    repo.add_metric_counts(trial_id, 0, dropped)
+                    return False
+            names = {n for _, values in points for n in values}
+            alerts = _layer_alerts(points, names)
             known = set(target.latest_metrics) - {"step"}
             if len(known | names) > limits.MAX_METRIC_NAMES_PER_TRIAL:
                 raise InvalidSpec(
@@ -371,6 +444,7 @@ class TrackingService:
             latest = _merge_latest(target.latest_metrics, points)
             best = _batch_best(target.searcher, points)
             repo.upsert_metrics(trial_id, attempt, points, now)
+            repo.add_metric_counts(trial_id, len(points), dropped)
             if alerts:
                 _record_layer_alerts(repo, trial_id, alerts, now)
             repo.update_trials(
@@ -460,9 +534,12 @@ class TrackingService:
         kept = repo.list_checkpoints(trial.id)
         incoming = Checkpoint(-1, trial.id, "", step, 0, metrics, "", 0, 0.0)
         dropped = retention_victims([*kept, incoming], spec)
-        trial_used = sum(c.size_bytes for c in kept if c.id not in dropped)
-        tenant_used = repo.checkpoint_bytes_by_tenant().get(trial.tenant, 0) - sum(
-            c.size_bytes for c in kept if c.id in dropped
+        # what the trial's nodes measured in its folders counts too (issue 24)
+        trial_used = trial.disk_bytes + sum(c.size_bytes for c in kept if c.id not in dropped)
+        tenant_used = (
+            repo.checkpoint_bytes_by_tenant().get(trial.tenant, 0)
+            + repo.disk_bytes_by_tenant().get(trial.tenant, 0)
+            - sum(c.size_bytes for c in kept if c.id in dropped)
         )
         tenant_used += self.other_bytes(trial.tenant)
         limits_left = [

@@ -88,16 +88,18 @@ def build_router(services: Services) -> APIRouter:
             error = "paste an API token (trainhub tokens create, or the admin token)"
         address = request.client.host if request.client else "unknown"
         status = 401
-        wait_s = web.limiter.retry_after_s(address)
-        if error is None and wait_s is not None:
-            error, status = f"too many failed logins: try again in {wait_s:.0f} s", 429
         if error is None:
             assert isinstance(token, str)
-            try:
+            try:  # the token first: a valid one is never refused (api/failed_auth.py)
                 principal = await run_in_threadpool(services.authenticate, token.strip())
             except Unauthenticated as exc:
-                web.limiter.failed(address)
+                keys = web.limiter.keys(address, token.strip(), exc.subject)
+                limited = web.limiter.refusal(keys)
+                web.limiter.record(keys)
                 error = exc.message
+                if limited is not None:
+                    error = f"too many failed logins: try again in {limited[1]:.0f} s"
+                    status = 429
             except TrainhubError as exc:
                 error = exc.message
             else:

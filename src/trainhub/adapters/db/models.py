@@ -126,6 +126,12 @@ class TrialRow(Base):
     # scheduling columns, attempts, checkpoints): the control loop reads what changed since
     # its last tick (adapters/db/changes.py, ADR 0024)
     change_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0", index=True)
+    # what the trial wrote beyond the API's checkpoints (issue 24, migration 0017): metric
+    # points stored and those dropped over its cap; bytes of its checkpoint folder, home and
+    # scratch as its nodes last measured them
+    metric_points: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    metric_points_dropped: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    disk_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class ChangeCounterRow(Base):

@@ -30,6 +30,7 @@ from trainhub.adapters.db.models import (
     TrialRow,
     UserRow,
 )
+from trainhub.adapters.db.write_quota_store import SqlWriteQuotaStore
 from trainhub.core.entitlement import Interval
 from trainhub.core.errors import Conflict, NotFound
 from trainhub.core.resources import ResourceRequest
@@ -207,7 +208,7 @@ def _checkpoint(row: CheckpointRow) -> Checkpoint:
     )
 
 
-class SqlRepository(SqlLayerAlertStore):
+class SqlRepository(SqlLayerAlertStore, SqlWriteQuotaStore):
     def __init__(self, session: Session) -> None:
         self.s = session
 
@@ -255,6 +256,9 @@ class SqlRepository(SqlLayerAlertStore):
             row.run_time_s or 0.0,
             row.attained_service or 0.0,
             row.progress_s or 0.0,
+            row.metric_points or 0,
+            row.metric_points_dropped or 0,
+            row.disk_bytes or 0,
         )
 
     def _experiment(
@@ -1022,6 +1026,9 @@ class SqlRepository(SqlLayerAlertStore):
                 TrialRow.latest_metrics,
                 has_attempt,
                 ExperimentRow.spec["searcher"],
+                TrialRow.metric_points,
+                TrialRow.disk_bytes,
+                TenantRow.max_trial_storage_bytes,
             )
             .join(TenantRow, TenantRow.id == TrialRow.tenant_id)
             .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)
@@ -1030,7 +1037,7 @@ class SqlRepository(SqlLayerAlertStore):
         row = self.s.execute(query).first()
         if row is None:
             return None
-        experiment_id, tenant, state, latest, exists, searcher = row
+        experiment_id, tenant, state, latest, exists, searcher, points, disk, quota = row
         return MetricsTarget(
             trial_id,
             int(experiment_id),
@@ -1039,6 +1046,9 @@ class SqlRepository(SqlLayerAlertStore):
             dict(latest or {}),
             bool(exists),
             dict(searcher) if isinstance(searcher, dict) else None,
+            int(points or 0),
+            int(disk or 0),
+            None if quota is None else int(quota),
         )
 
     def list_metric_chunks(self, trial_id: int) -> list[MetricChunk]:

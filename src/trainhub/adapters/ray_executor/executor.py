@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -35,7 +36,9 @@ from trainhub.adapters.ray_executor.rank_worker import (
     RankSpec,
     RankWorker,
     actor_name,
+    checkpoint_dir,
 )
+from trainhub.adapters.ray_executor.trial_folders import discard_folder, freeze_folder
 from trainhub.core.errors import Conflict, TrainhubError
 from trainhub.core.resources import Node
 from trainhub.core.spec import Placement
@@ -183,6 +186,35 @@ class RayExecutor:
                     )
                 )
             return nodes
+
+    def node_addresses(self) -> list[str]:
+        """The IP addresses of the cluster's live nodes (the failed-authentication limit
+        never locks one out as a whole: every trial of a node shares its address)."""
+        with self._lock:
+            self._connected()
+            return [
+                str(info["NodeManagerAddress"])
+                for info in _ray_nodes()
+                if info.get("Alive") and info.get("NodeManagerAddress")
+            ]
+
+    # --- a trial's folders (TrialFiles) ---
+
+    def _trial_folder(self, trial_id: int) -> Path:
+        return checkpoint_dir(self._checkpoint_root, self._node_work_dir, self.namespace, trial_id)
+
+    def freeze_trial_files(self, trial_id: int) -> None:
+        """Make the trial's checkpoint folder read-only (it passed its storage quota)."""
+        freeze_folder(self._trial_folder(trial_id))
+
+    def discard_trial_files(self, trial_id: int) -> None:
+        """Remove the ended trial's checkpoint folder (its checkpoints are in the store).
+
+        The folder lives under the storage root the control plane gave the nodes (shared by
+        them on a cluster); a node-local folder (no storage root) goes with the node's work
+        folder.
+        """
+        discard_folder(self._trial_folder(trial_id))
 
     # --- attempts ---
 
@@ -443,7 +475,15 @@ class RayExecutor:
         phase = {RUNNING: RankPhase.RUNNING, EXITED: RankPhase.EXITED}.get(
             report.phase, RankPhase.STARTING
         )
-        return RankStatus(rank, phase, report.exit_code, report.log_chunk, report.node_id)
+        return RankStatus(
+            rank,
+            phase,
+            report.exit_code,
+            report.log_chunk,
+            report.node_id,
+            getattr(report, "log_size", None),  # an actor of an older version has neither
+            tuple(getattr(report, "disk", ())),
+        )
 
 
 def connect(address: str, namespace: str) -> int:

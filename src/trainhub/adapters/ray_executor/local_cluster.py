@@ -127,6 +127,10 @@ def _start_head(state_dir: Path, num_cpus: int | None, num_gpus: int | None) -> 
     if env.get("RAY_AUTH_MODE", "").lower() != "disabled":
         ensure_auth_token()
         env["RAY_AUTH_MODE"] = "token"
+    # Ray's metrics exporter listens on every interface without authentication (a trial
+    # scraped it, issue 24) and trainhub does not read it (its node agents sample psutil and
+    # NVML): off, unless an admin asks for it explicitly
+    env.setdefault("RAY_enable_metrics_collection", "0")
     env.setdefault("TRAINHUB_NODE_WORK_DIR", str(state_dir / "work"))
     env.pop("RAY_ADDRESS", None)
     command = [
@@ -170,6 +174,9 @@ def _start_head(state_dir: Path, num_cpus: int | None, num_gpus: int | None) -> 
             f"`ray start --head` exited with code {result.returncode}: {tail}",
             hint=f"full output in {log_path}",
         )
+    from trainhub.adapters.host_files import HostFiles
+
+    HostFiles([temp_dir]).check()  # Ray made its folders 0777; the loop checks them again
     return HeadRecord(address_file.read_text().strip(), str(temp_dir), time.time())
 
 
@@ -217,7 +224,9 @@ def ensure_auth_token() -> None:
 
 def _write_record(state_dir: Path, record: HeadRecord) -> None:
     tmp = state_dir / f".{RECORD_NAME}.tmp"
-    tmp.write_text(json.dumps(asdict(record)))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(asdict(record)))
     tmp.replace(state_dir / RECORD_NAME)
 
 

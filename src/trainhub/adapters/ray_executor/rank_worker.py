@@ -35,6 +35,7 @@ import ray
 
 from trainhub.adapters import sandbox
 from trainhub.adapters.dataset_cache import DatasetCache
+from trainhub.adapters.ray_executor.disk_usage import DiskMeter
 from trainhub.adapters.ray_executor.gpus import gpu_view
 from trainhub.adapters.ray_executor.node_datasets import (
     MOUNTS_ENV,
@@ -44,6 +45,8 @@ from trainhub.adapters.ray_executor.node_datasets import (
     host_mounts,
     prepare_datasets,
 )
+from trainhub.adapters.ray_executor.trial_uids import trial_uid
+from trainhub.core import limits
 
 ENV_NODE_WORK_DIR = "TRAINHUB_NODE_WORK_DIR"  # set on a node to choose where attempts unpack
 SPOOL_ENV = "TRAINHUB_SPOOL_DIR"  # the same name as trainhub.runtime.protocol.ENV_SPOOL_DIR
@@ -126,6 +129,8 @@ class RankReport:
     node_id: str
     pid: int | None
     detail: str = ""
+    log_size: int | None = None  # bytes of the rank's whole output on the node
+    disk: tuple[tuple[str, int], ...] = ()  # the trial's folders this rank sees, measured
 
 
 class RankWorker:
@@ -155,6 +160,16 @@ class RankWorker:
         self._log_path.touch()
         self._datasets: list[PreparedMount] = []
         self._cache: DatasetCache | None = None
+        # what the trial writes here counts against its storage quotas (disk_usage.py)
+        checkpoints = checkpoint_dir(
+            spec.checkpoint_root, spec.node_work_dir, spec.namespace, spec.trial_id
+        )
+        self._disk = DiskMeter(
+            [str(self._rank_dir), str(root / "spool"), str(checkpoints)],
+            limits.DISK_MEASURE_INTERVAL_S,
+            limits.MAX_DISK_MEASURE_ENTRIES,
+        )
+        self._measured_at_exit = False
         # The thread that forks the user's process must outlive it: PR_SET_PDEATHSIG fires when
         # the forking *thread* ends. It therefore waits for the process too.
         self._thread = threading.Thread(
@@ -176,6 +191,15 @@ class RankWorker:
         with self._lock:
             phase, code, detail = self._phase, self._exit_code, self._detail
             pid = self._proc.pid if self._proc is not None else None
+        if phase == EXITED and not self._measured_at_exit:
+            # the end is measured too, on the meter's thread: a status call never waits for a
+            # walk (a busy actor would delay the cleanup queued behind it)
+            self._measured_at_exit = True
+            self._disk.wake()
+        try:
+            log_size: int | None = self._log_path.stat().st_size
+        except OSError:
+            log_size = None
         return RankReport(
             rank=self._spec.rank,
             world_size=self._spec.world_size,
@@ -185,6 +209,8 @@ class RankWorker:
             node_id=self._node_id,
             pid=pid,
             detail=detail,
+            log_size=log_size,
+            disk=tuple(sorted(self._disk.latest().items())),
         )
 
     def terminate(self, grace_s: float) -> None:
@@ -203,6 +229,7 @@ class RankWorker:
         """SIGKILL the process tree and delete this rank's node-local files (before ray.kill)."""
         with self._lock:
             self._stopping = True
+        self._disk.stop()
         self._signal_tree(signal.SIGKILL)
         self._thread.join(timeout=2.0)
         shutil.rmtree(self._rank_dir, ignore_errors=True)
@@ -288,7 +315,11 @@ class RankWorker:
         for folder in (spool, home, checkpoints):
             folder.mkdir(parents=True, exist_ok=True)
         sandboxed = spec.sandbox == sandbox.SandboxMode.BWRAP
-        uid = sandbox.SANDBOX_UID_BASE + spec.trial_id if sandboxed and os.geteuid() == 0 else None
+        uid = None
+        if sandboxed and os.geteuid() == 0:  # unique per node across control planes
+            root = spec.checkpoint_root or node_work_root(spec.node_work_dir)
+            identity = f"{spec.namespace}@{root}"
+            uid = trial_uid(identity, spec.trial_id)
         if uid is not None:
             for folder in (spool, home, checkpoints, code_dir):
                 _chown_tree(folder, uid)

@@ -40,7 +40,8 @@ _MAX_METRICS_QUERY_CHARS = 16 * 1024
 def get_trial(
     services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
 ) -> TrialDetailPublic:
-    return TrialDetailPublic.of_detail(services.experiments.get_trial(principal, trial_id))
+    detail = services.experiments.get_trial(principal, trial_id)
+    return TrialDetailPublic.of_detail(detail, services.tracking.writes(detail.trial))
 
 
 @router.post("/{trial_id}/cancel", response_model=TrialPublic, responses=errors(404, 409))
