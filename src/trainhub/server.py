@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainhub.core.isolation import DEFAULT_PIDS_PER_RANK
 from trainhub.core.scheduling import BasePolicy
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, create_policy
 from trainhub.core.scheduling.fair_config import FairShareConfig
@@ -62,6 +63,7 @@ class Settings:
     ray_num_cpus: int | None = None
     ray_num_gpus: int | None = None
     sandbox: str = "auto"  # auto | bwrap | none: how rank processes are isolated (sandbox.py)
+    pids_per_rank: int = DEFAULT_PIDS_PER_RANK  # the most processes and threads of one rank
     data_dir: Path | None = None  # datasets every trial may read (TRAINHUB_DATA_DIR, read-only)
     monitor_interval_s: float = 5.0  # node agents sample this often; 0 turns monitoring off
     # how long a stopping trial (pruned, paused, preempted, canceled) may take to see
@@ -171,7 +173,8 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.optuna_search import OptunaSearch
     from trainhub.adapters.ray_executor import RayExecutor, ensure_local_ray
     from trainhub.adapters.sample_gallery import DatasetGallery
-    from trainhub.adapters.sandbox import resolve_mode
+    from trainhub.adapters.ray_executor.containment import resolve_isolation
+    from trainhub.adapters.sandbox import SandboxMode, resolve_mode
     from trainhub.adapters.storage import LocalArtifactStore
 
     make_private(settings)
@@ -189,6 +192,12 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         num_cpus=settings.ray_num_cpus,
         num_gpus=settings.ray_num_gpus,
     )
+    isolation = None
+    if sandbox == SandboxMode.BWRAP:  # cgroups, a network per trial, seccomp (ADR 0027)
+        isolation, missing = resolve_isolation(settings.pids_per_rank)
+        for why in missing:
+            log.warning("%s", why)
+        warnings += missing
     denied = [settings.home, settings.storage_root]
     if settings.database_url.startswith("sqlite"):
         denied.append(Path(settings.database_url.split("///", 1)[-1]).parent)
@@ -198,6 +207,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         checkpoint_root=str(settings.storage_root),
         data_dir=str(settings.data_dir) if settings.data_dir else None,
         denied=tuple(str(p) for p in denied),
+        isolation=isolation,
     )
     clock = system_clock
     config = LoopConfig(
@@ -233,6 +243,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     )
     registry = RegistryService(uow, SqlModelStore(engine), store, clock)
     experiments.resolve_model = registry.pin_sources
+    experiments.isolation = isolation
     services = Services(
         uow=uow,
         clock=clock,

@@ -30,6 +30,7 @@ class Rank:
     rank: int
     phase: RankPhase
     exit_code: int | None = None
+    detail: str = ""
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,9 @@ class TrialDetailPublic(TrialPublic):
     checkpoints: list[CheckpointPublic]
     events: list[EventPublic]
     alerts: list[LayerAlertPublic] = []
+    limits: dict[str, str] = Field(
+        default_factory=dict, description="What contains each rank: cgroup limits, network, seccomp."
+    )
 
     @classmethod
     def of_detail(cls, d: TrialDetail) -> TrialDetailPublic:
@@ -222,6 +225,7 @@ class TrialDetailPublic(TrialPublic):
             checkpoints=[CheckpointPublic.of(c) for c in d.checkpoints],
             events=[EventPublic(time=e.time, kind=e.kind, message=e.message) for e in d.events],
             alerts=[LayerAlertPublic.of(a) for a in d.alerts],
+            limits=d.limits,
         )
 
 

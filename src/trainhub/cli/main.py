@@ -208,6 +208,15 @@ def server(
             "node monitoring off (docs/monitoring.md).",
         ),
     ] = 5.0,
+    pids_per_rank: Annotated[
+        int,
+        typer.Option(
+            envvar="TRAINHUB_PIDS_PER_RANK",
+            min=16,
+            help="The most processes and threads one rank may have (its cgroup's pids.max; "
+            "sandboxed ranks, docs/security-isolation.md).",
+        ),
+    ] = 512,
 ) -> None:
     """Run the control plane (API and scheduler) until interrupted.
 
@@ -233,6 +242,7 @@ def server(
         sandbox=sandbox.value,
         data_dir=data_dir.expanduser().resolve() if data_dir else None,
         monitor_interval_s=monitor_interval_s,
+        pids_per_rank=pids_per_rank,
     )
     if home is not None:
         settings = dataclasses.replace(settings, home=home.expanduser().resolve())

@@ -42,6 +42,7 @@ class AttemptLaunch:
     cpus_per_worker: float = 1.0
     memory_gb_per_worker: float | None = None
     strategy: Placement = Placement.PACK
+    pin_cpus: bool = False  # each rank gets whole cores of its own (cgroup cpuset)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class RankStatus:
     # new output of the rank (stdout and stderr interleaved) from the offset asked for
     log_chunk: bytes = b""
     node_id: str | None = None
+    detail: str = ""  # why it ended, when the executor knows more than the exit code (OOM)
 
 
 @dataclass(frozen=True)

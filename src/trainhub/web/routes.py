@@ -219,6 +219,7 @@ def build_router(services: Services) -> APIRouter:
                 **parts_context(detail),
                 "experiment": detail.experiment,
                 "checkpoints": detail.checkpoints,
+                "limits": detail.limits,
                 "events": detail.events[-50:],
                 "ranks": list(range(len(latest.placement))) if latest else [],
                 "steerable": services.steering is not None,

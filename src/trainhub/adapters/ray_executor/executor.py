@@ -10,8 +10,10 @@ and releases the attempts the old one launched (:meth:`RayExecutor.live_attempts
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
+import secrets
 import threading
 import time
 from collections.abc import Mapping
@@ -37,6 +39,7 @@ from trainhub.adapters.ray_executor.rank_worker import (
     actor_name,
 )
 from trainhub.core.errors import Conflict, TrainhubError
+from trainhub.core.isolation import RENDEZVOUS_SECRET_ENV, NodeIsolation, TrialResources
 from trainhub.core.resources import Node
 from trainhub.core.spec import Placement
 from trainhub.service.ports import (
@@ -106,6 +109,8 @@ class RayExecutor:
             outlives attempts; the control plane's storage root); default: the node work dir.
         data_dir: datasets every rank may read (``TRAINHUB_DATA_DIR``, read-only).
         denied: paths never mounted into a sandbox (the control plane's home, database, ...).
+        isolation: the nodes' containment settings (cgroups, a network per trial, seccomp:
+            core/isolation.py); applied to sandboxed ranks only.
     """
 
     def __init__(
@@ -121,6 +126,7 @@ class RayExecutor:
         checkpoint_root: str | None = None,
         data_dir: str | None = None,
         denied: tuple[str, ...] = (),
+        isolation: NodeIsolation | None = None,
     ) -> None:
         if sandbox not in ("bwrap", "none"):
             raise ValueError(f"sandbox must be 'bwrap' or 'none' (resolve 'auto' first): {sandbox}")
@@ -128,6 +134,7 @@ class RayExecutor:
         self._checkpoint_root = checkpoint_root
         self._data_dir = data_dir
         self._denied = tuple(denied)
+        self.isolation = isolation if sandbox == "bwrap" else None
         self.address = address
         self.namespace = namespace
         self._poll_timeout_s = poll_timeout_s
@@ -210,6 +217,10 @@ class RayExecutor:
             # small archives travel inside the creation task (saves a fetch from the object
             # store); big ones go to the object store once for every rank
             archive = launch.context_archive
+            # one secret per attempt: the runtime's rendezvous keys live under it
+            launch = dataclasses.replace(
+                launch, env={**launch.env, RENDEZVOUS_SECRET_ENV: secrets.token_hex(16)}
+            )
             context: Any = archive if len(archive) <= _INLINE_ARCHIVE_BYTES else ray.put(archive)
             try:
                 for rank in range(world_size):
@@ -250,6 +261,14 @@ class RayExecutor:
             checkpoint_root=self._checkpoint_root,
             data_dir=self._data_dir,
             denied=self._denied,
+            resources=TrialResources(
+                cpus_per_worker=launch.cpus_per_worker,
+                memory_gb_per_worker=launch.memory_gb_per_worker,
+                pin_cpus=launch.pin_cpus,
+            )
+            if self.isolation is not None
+            else None,
+            isolation=self.isolation,
         )
         return _RankWorkerActor.options(
             name=actor_name(launch.attempt_key, rank),
@@ -433,7 +452,9 @@ class RayExecutor:
         phase = {RUNNING: RankPhase.RUNNING, EXITED: RankPhase.EXITED}.get(
             report.phase, RankPhase.STARTING
         )
-        return RankStatus(rank, phase, report.exit_code, report.log_chunk, report.node_id)
+        return RankStatus(
+            rank, phase, report.exit_code, report.log_chunk, report.node_id, report.detail
+        )
 
 
 def connect(address: str, namespace: str) -> int:
@@ -496,7 +517,7 @@ def _aggregate(
     else:
         phase = AttemptPhase.RUNNING
     details = [f"rank {r} lost: {lost_reasons.get(r, 'actor or node died')}" for r in lost]
-    details.extend(f"rank {r.rank} exited with code {r.exit_code}" for r in failed)
+    details.extend(r.detail or f"rank {r.rank} exited with code {r.exit_code}" for r in failed)
     return AttemptStatus(attempt_key, phase, tuple(ranks), "; ".join(details))
 
 

@@ -33,7 +33,9 @@ import psutil
 import ray
 
 from trainhub.adapters import sandbox
+from trainhub.adapters.ray_executor.containment import Containment
 from trainhub.adapters.ray_executor.gpus import gpu_view
+from trainhub.core.isolation import NodeIsolation, TrialResources
 
 ENV_NODE_WORK_DIR = "TRAINHUB_NODE_WORK_DIR"  # set on a node to choose where attempts unpack
 SPOOL_ENV = "TRAINHUB_SPOOL_DIR"  # the same name as trainhub.runtime.protocol.ENV_SPOOL_DIR
@@ -99,6 +101,9 @@ class RankSpec:
     checkpoint_root: str | None = None  # storage root folder for TRAINHUB_CHECKPOINT_DIR
     data_dir: str | None = None  # datasets, mounted read-only
     denied: tuple[str, ...] = ()  # paths never mounted into a sandbox (control plane state)
+    # what the rank's isolation profile is computed from (core/isolation.py), sandboxed ranks
+    resources: TrialResources | None = None
+    isolation: NodeIsolation | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,7 @@ class RankWorker:
         self._rank_dir.mkdir(parents=True)
         self._log_path = self._rank_dir / LOG_NAME
         self._log_path.touch()
+        self._containment: Containment | None = None  # cgroup, network, seccomp (sandboxed)
         # The thread that forks the user's process must outlive it: PR_SET_PDEATHSIG fires when
         # the forking *thread* ends. It therefore waits for the process too.
         self._thread = threading.Thread(
@@ -191,9 +197,13 @@ class RankWorker:
         self._signal_tree(signal.SIGKILL)
         self._thread.join(timeout=2.0)
         shutil.rmtree(self._rank_dir, ignore_errors=True)
+        last_on_node = False
         with contextlib.suppress(OSError):
             if not any(p.name.startswith("rank") for p in self._attempt_dir.iterdir()):
                 shutil.rmtree(self._attempt_dir, ignore_errors=True)
+                last_on_node = True
+        if self._containment is not None:
+            self._containment.remove(last_on_node=last_on_node)
 
     # --- the start thread ---
 
@@ -214,6 +224,7 @@ class RankWorker:
                     self._finish_locked(-signal.SIGTERM, "terminated before it started")
                     return
                 parent = os.getpid()
+                contained = self._containment
                 self._proc = subprocess.Popen(
                     argv,
                     cwd=cwd,
@@ -222,9 +233,12 @@ class RankWorker:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its own process group: signals reach the tree
-                    preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509
+                    preexec_fn=lambda: _prepare_child(parent, contained),  # noqa: PLW1509
+                    pass_fds=contained.pass_fds() if contained else (),
                 )
                 self._phase = RUNNING
+                if contained is not None:
+                    contained.started()
         except OSError as exc:
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             self._finish(code, f"could not start {spec.argv[0]!r}: {exc}")
@@ -233,8 +247,11 @@ class RankWorker:
         finally:
             log.close()
         code = self._proc.wait()
+        why = self._containment.exit_reason(spec.rank) if self._containment else None
         with self._lock:
             self._phase, self._exit_code = EXITED, code
+            if why and code != 0:
+                self._finish_locked(code, why)
         self._after_exit(code)
 
     def _after_exit(self, code: int) -> None:
@@ -313,6 +330,17 @@ class RankWorker:
         ]
         devices = sandbox.gpu_devices() if self._gpu_ids else ()
         plan = sandbox.SandboxPlan(tuple(mounts), paths["code"], uid, devices)
+        if spec.resources is not None and spec.isolation is not None:
+            self._containment = Containment.prepare(
+                spec.namespace,
+                spec.attempt_key,
+                spec.rank,
+                spec.resources,
+                spec.isolation,
+                num_nodes=len(set(nodes)),
+                env=env,
+            )
+            plan = self._containment.sandbox_plan(plan)
         return sandbox.bwrap_argv(bwrap, plan, spec.argv), env, code_dir
 
     def _torchrun_variables(self, nodes: list[str]) -> dict[str, str]:
@@ -440,6 +468,13 @@ def _chown_tree(root: Path, uid: int) -> None:
     for folder, dirs, files in os.walk(root):
         for name in dirs + files:
             os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
+
+
+def _prepare_child(parent_pid: int, containment: Containment | None) -> None:
+    """In the forked child, before exec: die with the actor, enter the rank's cgroup and network."""
+    _die_with_parent(parent_pid)
+    if containment is not None:
+        containment.enter()
 
 
 def _die_with_parent(parent_pid: int) -> None:

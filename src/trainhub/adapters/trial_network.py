@@ -1,0 +1,189 @@
+"""A network namespace per trial (on each node), and the one way out of it: the control plane's API.
+
+The ranks of one attempt on one node share a network namespace that has a loopback interface
+and nothing else: no route to the host, to the cluster or to the internet. They rendezvous and
+run their collectives over its loopback (``MASTER_ADDR=127.0.0.1``, ``GLOO_SOCKET_IFNAME=lo``).
+The control plane's API is the one thing outside they reach: an :class:`ApiRelay` of the rank
+actor listens *inside* the namespace on the API's address and port and forwards each connection
+to the real API from the host's namespace. Nothing else of the host is reachable: not Ray's
+ports, not the database on 127.0.0.1:5432 (the namespace's 127.0.0.1 is its own), not another
+trial's rendezvous store, not a host abstract unix socket (those belong to a network namespace).
+
+The namespace is made with ``ip netns add`` (iproute2: a name under /run/netns that the actor of
+every rank of the attempt on the node can open); a rank's process joins it between fork and
+exec (``setns``), before bwrap starts. docs/adr/0027 says why this and not a veth pair.
+
+This module is imported inside Ray worker processes: standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ipaddress
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+NETNS_DIR = Path("/run/netns")
+CLONE_NEWNET = 0x40000000
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+_LIBC.setns.restype = ctypes.c_int
+
+
+class NetworkUnavailable(RuntimeError):
+    """No network namespace can be made here (no root, no ``ip``)."""
+
+
+def namespace_name(namespace: str, attempt_key: str) -> str:
+    """The netns name of one attempt (``ip netns`` names: letters, digits, ``-_.``)."""
+    return "th-" + re.sub(r"[^A-Za-z0-9_.-]", "_", f"{namespace}-{attempt_key}")[:200]
+
+
+def network_problem() -> str | None:
+    """Why a trial network cannot be made on this node (None when it can)."""
+    if os.geteuid() != 0:
+        return "per-trial networks need a root node agent (ip netns add)"
+    if _ip() is None:
+        return "no `ip` command (apt-get install iproute2)"
+    return None
+
+
+class TrialNetwork:
+    """The network namespace of one attempt's ranks on this node."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.path = NETNS_DIR / name
+
+    @classmethod
+    def ensure(cls, name: str, addresses: list[str]) -> TrialNetwork:
+        """The namespace ``name``, made (loopback up, ``addresses`` on it) unless it exists."""
+        network = cls(name)
+        ip = _ip()
+        if ip is None:
+            raise NetworkUnavailable("no `ip` command (apt-get install iproute2)")
+        if not network.path.exists():  # every rank of the node runs the rest (idempotent)
+            made = subprocess.run([ip, "netns", "add", name], capture_output=True, check=False)
+            if made.returncode != 0 and not network.path.exists():
+                raise NetworkUnavailable(f"ip netns add {name}: {made.stderr.decode().strip()}")
+        commands = [[ip, "-n", name, "link", "set", "lo", "up"]]
+        for address in addresses:
+            if not ipaddress.ip_address(address).is_loopback:
+                commands.append([ip, "-n", name, "address", "add", f"{address}/32", "dev", "lo"])
+        for command in commands:
+            done = subprocess.run(command, capture_output=True, check=False)
+            if done.returncode != 0 and b"File exists" not in done.stderr:
+                raise NetworkUnavailable(f"{' '.join(command)}: {done.stderr.decode().strip()}")
+        return network
+
+    def open(self) -> int:
+        """A descriptor of the namespace, for :func:`join` in a forked child."""
+        return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def remove(self) -> None:
+        """Forget the name (the namespace itself ends with its last process and socket)."""
+        ip = _ip()
+        if ip is not None and self.path.exists():
+            subprocess.run([ip, "netns", "delete", self.name], capture_output=True, check=False)
+
+
+def join(fd: int) -> None:
+    """Move the calling thread (a forked child: the whole process) into the namespace ``fd``."""
+    if _LIBC.setns(fd, CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "setns into the trial's network namespace")
+
+
+class ApiRelay:
+    """Forwards TCP connections made inside a trial's namespace to the API outside it.
+
+    Listens on ``listen`` inside the namespace (its socket is made by a thread that entered the
+    namespace for that alone), connects to ``target`` from the host's namespace, and copies
+    bytes both ways until either side closes. Only this one address and port are relayed.
+    """
+
+    def __init__(self, network: TrialNetwork, listen: tuple[str, int], target: tuple[str, int]):
+        self._target = target
+        self._server = _listen_inside(network, listen)
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, name="api-relay", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
+        self._server.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                inside, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(inside,), daemon=True).start()
+
+    def _serve(self, inside: socket.socket) -> None:
+        try:
+            outside = socket.create_connection(self._target, timeout=30)
+        except OSError:
+            inside.close()
+            return
+        outside.settimeout(None)
+        for sock in (inside, outside):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        back = threading.Thread(target=_pump, args=(outside, inside), daemon=True)
+        back.start()
+        _pump(inside, outside)
+        back.join()
+        inside.close()
+        outside.close()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy until ``source`` ends, then end ``sink``'s writing half (HTTP keep-alive safe)."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+def _listen_inside(network: TrialNetwork, address: tuple[str, int]) -> socket.socket:
+    """A listening socket of the trial's namespace (a socket keeps the namespace it was made in)."""
+    made: list[socket.socket] = []
+    failed: list[BaseException] = []
+
+    def enter_and_listen() -> None:
+        try:
+            fd = network.open()
+            try:
+                join(fd)  # this thread only; it ends right after
+            finally:
+                os.close(fd)
+            server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server.bind(address)
+            server.listen(128)
+            made.append(server)
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=enter_and_listen, name="api-relay-listen")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return made[0]
+
+
+def _ip() -> str | None:
+    return shutil.which("ip") or shutil.which("ip", path="/usr/sbin:/sbin:/usr/bin:/bin")
