@@ -172,8 +172,8 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.monitor.node_store import SqlNodeControlStore
     from trainhub.adapters.optuna_search import OptunaSearch
     from trainhub.adapters.ray_executor import RayExecutor, ensure_local_ray
-    from trainhub.adapters.sample_gallery import DatasetGallery
     from trainhub.adapters.ray_executor.containment import resolve_isolation
+    from trainhub.adapters.sample_gallery import DatasetGallery
     from trainhub.adapters.sandbox import SandboxMode, resolve_mode
     from trainhub.adapters.storage import LocalArtifactStore
 

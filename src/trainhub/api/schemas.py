@@ -213,7 +213,8 @@ class TrialDetailPublic(TrialPublic):
     events: list[EventPublic]
     alerts: list[LayerAlertPublic] = []
     limits: dict[str, str] = Field(
-        default_factory=dict, description="What contains each rank: cgroup limits, network, seccomp."
+        default_factory=dict,
+        description="What contains each rank: cgroup limits, network, seccomp.",
     )
 
     @classmethod

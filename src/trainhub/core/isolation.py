@@ -139,7 +139,9 @@ class IsolationProfile:
             shown["cgroup"] = "none (cgroups off on this node)"
         else:
             shown["memory"] = (
-                "unlimited" if limits.memory_bytes is None else f"{gib(limits.memory_bytes)}, no swap"
+                "unlimited"
+                if limits.memory_bytes is None
+                else f"{gib(limits.memory_bytes)}, no swap"
             )
             cpus = limits.cpu_quota_us / limits.cpu_period_us
             pinned = f", pinned to {limits.pinned_cpus} cores" if limits.pinned_cpus else ""
@@ -175,7 +177,7 @@ def isolation_profile(resources: TrialResources, node: NodeIsolation) -> Isolati
             io_weight=node.io_weight,
         )
     network, note = _network(resources, node)
-    namespaces = ("pid", "ipc", "uts", "cgroup")
+    namespaces: tuple[str, ...] = ("pid", "ipc", "uts", "cgroup")
     if network == NetworkMode.TRIAL:
         namespaces += ("net",)
     return IsolationProfile(
@@ -192,9 +194,7 @@ def isolation_profile(resources: TrialResources, node: NodeIsolation) -> Isolati
 
 def memory_exceeded(rank: int, limit_bytes: int, peak_bytes: int) -> str:
     """The reason of an attempt whose rank the kernel OOM-killed inside its cgroup."""
-    return (
-        f"rank {rank} exceeded its {gib(limit_bytes)} memory limit: peak {gib(peak_bytes, 1)}"
-    )
+    return f"rank {rank} exceeded its {gib(limit_bytes)} memory limit: peak {gib(peak_bytes, 1)}"
 
 
 OOM_MARK = "memory limit: peak"  # in every memory_exceeded() reason (verdicts look for it)

@@ -12,6 +12,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
 
 logger = logging.getLogger("trainhub.runtime")
 # the attempt's rendezvous secret the executor sets (core/isolation.py RENDEZVOUS_SECRET_ENV;
@@ -70,26 +71,28 @@ def ensure_process_group(*, rank: int, world_size: int, device: torch.device) ->
         )
         return True
     dist.init_process_group(
-        backend=backend, store=rendezvous_store(rank, world_size, secret), rank=rank,
+        backend=backend,
+        store=rendezvous_store(rank, world_size, secret),
+        rank=rank,
         world_size=world_size,
     )
     return True
 
 
-def rendezvous_store(rank: int, world_size: int, secret: str) -> dist.Store:
+def rendezvous_store(rank: int, world_size: int, secret: str) -> Store:
     """The trial's store on rank 0's ``MASTER_ADDR:MASTER_PORT``, its keys under ``secret``.
 
     A process of another trial that reaches the port can neither read nor write the trial's
     rendezvous keys (it cannot name them) and cannot pass as one of its ranks.
     """
-    store = dist.TCPStore(
+    store = TCPStore(
         os.environ["MASTER_ADDR"],
         int(os.environ["MASTER_PORT"]),
         world_size,
         is_master=rank == 0,
         wait_for_workers=False,
     )
-    return dist.PrefixStore(f"trainhub/{secret}/", store)
+    return PrefixStore(f"trainhub/{secret}/", store)
 
 
 def _collective_device(device: torch.device) -> torch.device:

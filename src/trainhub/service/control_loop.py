@@ -453,7 +453,9 @@ class ControlLoop:
         refresh_experiment_state(repo, trial.experiment_id, now)
 
     @staticmethod
-    def _out_of_memory_again(repo: Repository, trial_id: int, number: int, detail: str) -> str | None:
+    def _out_of_memory_again(
+        repo: Repository, trial_id: int, number: int, detail: str
+    ) -> str | None:
         """The final message when attempt ``number`` ran out of memory where the one before did."""
         previous = [a for a in repo.list_attempts(trial_id) if a.number == number - 1]
         saved = repo.checkpoint_times([trial_id]).get(trial_id)
