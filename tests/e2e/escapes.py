@@ -123,7 +123,7 @@ def parse(log: str) -> dict[str, dict[str, object]]:
 
 # --- containment (issue 24): what a rank may use of the node, and what it may connect to ---
 
-ATTACKS = r'''
+ATTACKS = r"""
 import ctypes, errno, json, os, socket, subprocess, sys, time
 
 E = os.environ
@@ -209,18 +209,18 @@ syscall("ptrace_traceme", 101, 0, 0, 0, 0)
 report("sys_cgroup_visible", os.path.exists("/sys/fs/cgroup/memory") or os.path.exists("/sys/fs/cgroup/cgroup.controllers"), os.listdir("/sys"))
 report("sys_net_visible", os.path.exists("/sys/class/net"), "")
 print("ATTACKS DONE", flush=True)
-'''
+"""
 
-ALLOCATE = r'''
+ALLOCATE = r"""
 import os, time
 chunks = []
 for i in range(int(os.environ["ATTACK_ALLOCATE_MIB"]) // 64):
     chunks.append(bytearray(64 << 20))  # zero-filled: every page touched
     print(f"allocated {(i + 1) * 64} MiB", flush=True)
 print("ALLOCATED ALL", flush=True)
-'''
+"""
 
-BUSY = r'''
+BUSY = r"""
 import os, time
 seconds, workers = float(os.environ["ATTACK_BUSY_S"]), int(os.environ["ATTACK_BUSY_WORKERS"])
 start = time.monotonic()
@@ -238,9 +238,9 @@ for pid in pids:
 wall = time.monotonic() - start
 times = os.times()
 print(f"BUSY cpu_s={times.children_user + times.children_system:.3f} wall_s={wall:.3f}", flush=True)
-'''
+"""
 
-NEIGHBOUR = r'''
+NEIGHBOUR = r"""
 import os, time
 import torch
 import torch.distributed as dist
@@ -259,4 +259,4 @@ for step in range(steps):
     ctx.report(step=step, step_time_s=elapsed, value=float(step))
     time.sleep(float(os.environ.get("NEIGHBOUR_SLEEP_S", "0.2")))
 print("NEIGHBOUR DONE", flush=True)
-'''
+"""

@@ -150,7 +150,8 @@ def judge(facts: AttemptFacts, status: AttemptReport, now: float, limits: Attemp
             retry=False,
         )
     if failed:
-        first = failed[0]
+        # a rank whose end is explained (over its memory) is the cause the others followed
+        first = next((r for r in failed if r.detail), failed[0])
         return EndAttempt(
             AttemptOutcome.FAILED,
             first.detail or f"rank {first.rank} exited with code {first.exit_code}",
