@@ -41,25 +41,29 @@ def test_scratch_is_half_the_memory_each_or_the_node_default() -> None:
     ]
     node = NodeIsolation(scratch_gb_without_memory_limit=0.5)
     unlimited = isolation_profile(TrialResources(cpus_per_worker=1), node)
-    assert unlimited.limits is not None and unlimited.limits.memory_bytes is None
+    assert unlimited.limits is not None
+    assert unlimited.limits.memory_bytes is None
     assert {t.size_bytes for t in unlimited.tmpfs} == {GIB // 2}
 
 
 def test_a_tiny_cpu_share_gets_the_smallest_quota_the_kernel_takes() -> None:
     profile = isolation_profile(TrialResources(cpus_per_worker=0.001), NODE)
-    assert profile.limits is not None and profile.limits.cpu_quota_us == 1_000
+    assert profile.limits is not None
+    assert profile.limits.cpu_quota_us == 1_000
 
 
 def test_pinning_takes_whole_cores() -> None:
     resources = TrialResources(cpus_per_worker=1.6, pin_cpus=True)
     profile = isolation_profile(resources, NODE)
-    assert profile.limits is not None and profile.limits.pinned_cpus == 2
+    assert profile.limits is not None
+    assert profile.limits.pinned_cpus == 2
 
 
 def test_an_admin_sets_the_process_limit() -> None:
     node = NodeIsolation(pids_per_rank=64)
     limits = isolation_profile(TrialResources(cpus_per_worker=1), node).limits
-    assert limits is not None and limits.pids_max == 64
+    assert limits is not None
+    assert limits.pids_max == 64
     with pytest.raises(ValueError, match="pids_per_rank"):
         NodeIsolation(pids_per_rank=3)
 
@@ -90,7 +94,8 @@ def test_what_the_node_cannot_do_is_off_in_the_profile() -> None:
 
 def test_every_profile_masks_sys_starts_a_session_and_refuses_namespaces() -> None:
     profile = isolation_profile(TrialResources(cpus_per_worker=1), NODE)
-    assert profile.mask_sys and profile.new_session
+    assert profile.mask_sys
+    assert profile.new_session
     for name in ("unshare", "mount", "bpf", "keyctl", "perf_event_open", "ptrace"):
         assert name in profile.denied_syscalls
     assert profile.denied_syscalls == DENIED_SYSCALLS

@@ -168,7 +168,9 @@ def test_a_rank_killed_for_its_memory_gives_the_attempt_its_reason() -> None:
 def test_a_second_oom_at_the_same_point_is_final() -> None:
     oom = "rank 0 exceeded its 1 GiB memory limit: peak 1.0 GiB"
     final = out_of_memory_again(oom, oom, checkpointed_since=False)
-    assert final is not None and final.startswith(oom) and "not restarted" in final
+    assert final is not None
+    assert final.startswith(oom)
+    assert "not restarted" in final
     # progress since the first one: a restart may get further
     assert out_of_memory_again(oom, oom, checkpointed_since=True) is None
     # the first OOM, or an OOM after another failure: restarted as usual

@@ -327,7 +327,8 @@ def test_a_rank_past_its_memory_is_killed_in_its_cgroup_and_not_restarted_again(
     assert trial["limits"]["memory"] == "0.5 GiB, no swap"
     assert trial["limits"]["processes"] == "128"
     # the control plane lives on: the kernel killed the rank in its cgroup only
-    assert plane.proc is not None and plane.proc.poll() is None
+    assert plane.proc is not None
+    assert plane.proc.poll() is None
 
 
 def test_busy_processes_get_their_cpu_share_and_no_more(
