@@ -148,23 +148,25 @@ def _trial_network(
     namespace: str, attempt_key: str, env: MutableMapping[str, str]
 ) -> tuple[trial_network.TrialNetwork, trial_network.ApiRelay | None]:
     """The attempt's namespace on this node, and the API relay if this rank serves it."""
-    url = urlsplit(env.get(API_URL_ENV, ""))
-    if not url.hostname or url.scheme not in ("http", "https"):
-        raise ContainmentError(f"{API_URL_ENV} is not an http(s) URL: {env.get(API_URL_ENV)!r}")
-    port = url.port or (443 if url.scheme == "https" else 80)
-    address = _resolve(url.hostname)
-    network = trial_network.TrialNetwork.ensure(
-        trial_network.namespace_name(namespace, attempt_key), [address]
-    )
+    name = trial_network.namespace_name(namespace, attempt_key)
     relay = None
-    try:
-        relay = trial_network.ApiRelay(network, (address, port), (url.hostname, port))
-    except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:  # in use: another rank of the node relays already
-            raise
-    if address != url.hostname:  # no name service in the namespace: the URL names the address
-        netloc = f"{address}:{port}" if url.port else address
-        env[API_URL_ENV] = urlunsplit(url._replace(netloc=netloc))
+    if not env.get(API_URL_ENV):  # a launch without the control plane (benchmarks, tests)
+        network = trial_network.TrialNetwork.ensure(name, [])
+    else:
+        url = urlsplit(env[API_URL_ENV])
+        if not url.hostname or url.scheme not in ("http", "https"):
+            raise ContainmentError(f"{API_URL_ENV} is not an http(s) URL: {env[API_URL_ENV]!r}")
+        port = url.port or (443 if url.scheme == "https" else 80)
+        address = _resolve(url.hostname)
+        network = trial_network.TrialNetwork.ensure(name, [address])
+        try:
+            relay = trial_network.ApiRelay(network, (address, port), (url.hostname, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:  # in use: another rank of the node relays
+                raise
+        if address != url.hostname:  # no name service in the namespace: name the address
+            netloc = f"{address}:{port}" if url.port else address
+            env[API_URL_ENV] = urlunsplit(url._replace(netloc=netloc))
     # the ranks of the trial on this node rendezvous on the namespace's loopback
     env["MASTER_ADDR"] = "127.0.0.1"
     env["GLOO_SOCKET_IFNAME"] = "lo"
