@@ -181,8 +181,9 @@ def ddp_result(
         executor.release(key)
 
 
-def contained_start_ms(repeats: int, scratch: Path) -> list[float]:
-    """Extra milliseconds of each contained start over the bare start next to it."""
+def contained_start_ms(repeats: int, scratch: Path) -> tuple[list[float], list[float]]:
+    """Extra milliseconds of each contained start (cgroup, network, filter made; the process
+    run to its end) over the bare start next to it, and the milliseconds of each removal."""
     from trainhub.adapters.ray_executor.containment import Containment
     from trainhub.core.isolation import NodeIsolation, TrialResources
 
@@ -193,7 +194,7 @@ def contained_start_ms(repeats: int, scratch: Path) -> list[float]:
     plan = sandbox.SandboxPlan(tuple(mounts), "/", uid)
     argv = [sys.executable, "-S", "-c", "pass"]
     resources = TrialResources(cpus_per_worker=1, memory_gb_per_worker=1)
-    extra = []
+    extra, removals = [], []
     for index in range(repeats):
         started = time.perf_counter()
         subprocess.run(argv, check=True, stdin=subprocess.DEVNULL)
@@ -210,14 +211,16 @@ def contained_start_ms(repeats: int, scratch: Path) -> list[float]:
             preexec_fn=contained.enter,
             pass_fds=contained.pass_fds(),
         )
+        ran = time.perf_counter()
         contained.remove(last_on_node=True)
-        extra.append((time.perf_counter() - started - bare) * 1000)
-    return extra
+        removals.append((time.perf_counter() - ran) * 1000)
+        extra.append((ran - started - bare) * 1000)
+    return extra, removals
 
 
 def contained_cost(args: argparse.Namespace, address: str, scratch: Path) -> dict[str, object]:
     """The ``sandbox_cost`` line of a contained rank (netns, cgroup, seccomp, sized tmpfs)."""
-    starts = contained_start_ms(args.start_repeats, scratch)
+    starts, removals = contained_start_ms(args.start_repeats, scratch)
     ddp_result("bwrap", address, 50, 101, contained=True)  # warm both paths
     ddp_result("none", address, 50, 102)
     cpu: dict[str, list[float]] = {"contained": [], "bare": []}
@@ -235,6 +238,7 @@ def contained_cost(args: argparse.Namespace, address: str, scratch: Path) -> dic
         "contained": "bwrap + cgroup + own network namespace + seccomp + sized tmpfs",
         "start_ms": round(statistics.median(starts), 1),
         "start_ms_runs": [round(s, 1) for s in starts],
+        "remove_ms": round(statistics.median(removals), 1),  # at the attempt's end
         "step_overhead": round(
             statistics.median(cpu["contained"]) / statistics.median(cpu["bare"]) - 1.0, 4
         ),
@@ -388,7 +392,9 @@ def main() -> None:
     (code / "escape.py").write_text(SCRIPT)
     assert pack_dir(code)
     try:
-        address = ensure_local_ray(home / "ray", num_cpus=4)
+        # no more CPUs than the machine has: the attacks' and the neighbour's shares must fit
+        # it, or the neighbour's slowdown measures the overcommit, not the containment
+        address = ensure_local_ray(home / "ray", num_cpus=min(4, os.cpu_count() or 4))
         if args.only == "containment":
             print(json.dumps(contained_cost(args, address, home / "contained")), flush=True)
             print(json.dumps(containment(home, address, args.neighbour_steps)), flush=True)

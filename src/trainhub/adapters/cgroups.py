@@ -80,7 +80,7 @@ class BaseRankCgroup(ABC):
                     if exc.errno != errno.EBUSY or time.monotonic() > deadline:
                         break
                     _kill_all(folder / "cgroup.procs")
-                    time.sleep(0.05)
+                    time.sleep(0.002)
 
 
 class CgroupV1(BaseRankCgroup):

@@ -9,9 +9,11 @@ to the real API from the host's namespace. Nothing else of the host is reachable
 ports, not the database on 127.0.0.1:5432 (the namespace's 127.0.0.1 is its own), not another
 trial's rendezvous store, not a host abstract unix socket (those belong to a network namespace).
 
-The namespace is made with ``ip netns add`` (iproute2: a name under /run/netns that the actor of
-every rank of the attempt on the node can open); a rank's process joins it between fork and
-exec (``setns``), before bwrap starts. docs/adr/0027 says why this and not a veth pair.
+The namespace is made as ``ip netns add`` makes it, without its process: a thread enters a new
+namespace (``unshare``), brings its loopback up and bind-mounts it to a name under /run/netns
+that the actor of every rank of the attempt on the node can open (and ``ip netns`` lists); a
+rank's process joins it between fork and exec (``setns``), before bwrap starts. docs/adr/0027
+says why this and not a veth pair.
 
 This module is imported inside Ray worker processes: standard library only.
 """
@@ -20,20 +22,35 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import ipaddress
 import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 NETNS_DIR = Path("/run/netns")
 CLONE_NEWNET = 0x40000000
+MS_BIND = 4096
+MNT_DETACH = 2
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _LIBC.setns.argtypes = [ctypes.c_int, ctypes.c_int]
-_LIBC.setns.restype = ctypes.c_int
+_LIBC.unshare.argtypes = [ctypes.c_int]
+_LIBC.mount.argtypes = [
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_ulong,
+    ctypes.c_void_p,
+]
+_LIBC.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
 class NetworkUnavailable(RuntimeError):
@@ -48,9 +65,14 @@ def namespace_name(namespace: str, attempt_key: str) -> str:
 def network_problem() -> str | None:
     """Why a trial network cannot be made on this node (None when it can)."""
     if os.geteuid() != 0:
-        return "per-trial networks need a root node agent (ip netns add)"
-    if _ip() is None:
-        return "no `ip` command (apt-get install iproute2)"
+        return "per-trial networks need a root node agent (namespaces named under /run/netns)"
+    probe = TrialNetwork(f"th-probe-{os.getpid()}-{threading.get_ident()}")
+    try:
+        TrialNetwork.ensure(probe.name, [])
+    except OSError as exc:
+        return f"cannot make a network namespace here: {exc}"
+    finally:
+        probe.remove()
     return None
 
 
@@ -62,24 +84,27 @@ class TrialNetwork:
         self.path = NETNS_DIR / name
 
     @classmethod
-    def ensure(cls, name: str, addresses: list[str]) -> TrialNetwork:
-        """The namespace ``name``, made (loopback up, ``addresses`` on it) unless it exists."""
+    def ensure(cls, name: str, addresses: list[str], timeout_s: float = 10.0) -> TrialNetwork:
+        """The namespace ``name``: made (loopback up, ``addresses`` on it) by the first rank
+        of the node to ask, waited for by the others."""
         network = cls(name)
-        ip = _ip()
-        if ip is None:
-            raise NetworkUnavailable("no `ip` command (apt-get install iproute2)")
-        if not network.path.exists():  # every rank of the node runs the rest (idempotent)
-            made = subprocess.run([ip, "netns", "add", name], capture_output=True, check=False)
-            if made.returncode != 0 and not network.path.exists():
-                raise NetworkUnavailable(f"ip netns add {name}: {made.stderr.decode().strip()}")
-        commands = [[ip, "-n", name, "link", "set", "lo", "up"]]
-        for address in addresses:
-            if not ipaddress.ip_address(address).is_loopback:
-                commands.append([ip, "-n", name, "address", "add", f"{address}/32", "dev", "lo"])
-        for command in commands:
-            done = subprocess.run(command, capture_output=True, check=False)
-            if done.returncode != 0 and b"File exists" not in done.stderr:
-                raise NetworkUnavailable(f"{' '.join(command)}: {done.stderr.decode().strip()}")
+        NETNS_DIR.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(network.path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444))
+        except FileExistsError:  # another rank makes it: ready once it is mounted there
+            deadline = time.monotonic() + timeout_s
+            while not os.path.ismount(network.path):
+                if time.monotonic() > deadline:
+                    raise NetworkUnavailable(f"{network.path} was not made in {timeout_s} s")
+                time.sleep(0.005)
+            return network
+        extra = [a for a in addresses if not ipaddress.ip_address(a).is_loopback]
+        try:
+            _in_new_namespace(lambda: _set_up(network.path, extra))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                network.path.unlink()
+            raise
         return network
 
     def open(self) -> int:
@@ -88,9 +113,9 @@ class TrialNetwork:
 
     def remove(self) -> None:
         """Forget the name (the namespace itself ends with its last process and socket)."""
-        ip = _ip()
-        if ip is not None and self.path.exists():
-            subprocess.run([ip, "netns", "delete", self.name], capture_output=True, check=False)
+        _LIBC.umount2(bytes(self.path), MNT_DETACH)
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
 
 
 def join(fd: int) -> None:
@@ -155,6 +180,44 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
     finally:
         with contextlib.suppress(OSError):
             sink.shutdown(socket.SHUT_WR)
+
+
+def _set_up(path: Path, addresses: list[str]) -> None:
+    """In a thread of the new namespace: loopback up, extra addresses on it, then the name."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+    for address in addresses:  # rare (an API on a non-loopback address): `ip` forks in here
+        ip = _ip()
+        if ip is None:
+            raise NetworkUnavailable("no `ip` command to add the API's address (iproute2)")
+        done = subprocess.run(
+            [ip, "address", "add", f"{address}/32", "dev", "lo"], capture_output=True, check=False
+        )
+        if done.returncode != 0:
+            raise NetworkUnavailable(f"ip address add {address}: {done.stderr.decode().strip()}")
+    if _LIBC.mount(b"/proc/thread-self/ns/net", bytes(path), None, MS_BIND, None) != 0:
+        raise OSError(ctypes.get_errno(), f"bind-mount the trial's network namespace to {path}")
+
+
+def _in_new_namespace(action: Callable[[], None]) -> None:
+    """Run ``action`` in a thread that entered a new network namespace (and then ends)."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            if _LIBC.unshare(CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "unshare a network namespace")
+            action()
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="trial-network")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
 
 
 def _listen_inside(network: TrialNetwork, address: tuple[str, int]) -> socket.socket:
