@@ -92,11 +92,7 @@ class TrialNetwork:
         try:
             os.close(os.open(network.path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444))
         except FileExistsError:  # another rank makes it: ready once it is mounted there
-            deadline = time.monotonic() + timeout_s
-            while not os.path.ismount(network.path):
-                if time.monotonic() > deadline:
-                    raise NetworkUnavailable(f"{network.path} was not made in {timeout_s} s")
-                time.sleep(0.005)
+            network.wait_made(timeout_s)
             return network
         extra = [a for a in addresses if not ipaddress.ip_address(a).is_loopback]
         try:
@@ -106,6 +102,13 @@ class TrialNetwork:
                 network.path.unlink()
             raise
         return network
+
+    def wait_made(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not os.path.ismount(self.path):
+            if time.monotonic() > deadline:
+                raise NetworkUnavailable(f"{self.path} was not made in {timeout_s} s")
+            time.sleep(0.005)
 
     def open(self) -> int:
         """A descriptor of the namespace, for :func:`join` in a forked child."""
