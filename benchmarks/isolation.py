@@ -202,7 +202,13 @@ def contained_start_ms(repeats: int, scratch: Path) -> tuple[list[float], list[f
         started = time.perf_counter()
         env = {"TRAINHUB_API_URL": "http://127.0.0.1:9"}
         contained = Containment.prepare(
-            "bench", f"start-{index}", 0, resources, NodeIsolation(), num_nodes=1, env=env
+            f"bench-{os.getpid()}-{index}",
+            f"bench-{os.getpid()}-{index}",
+            0,
+            resources,
+            NodeIsolation(),
+            num_nodes=1,
+            env=env,
         )
         subprocess.run(
             sandbox.bwrap_argv(bwrap, contained.sandbox_plan(plan), argv),

@@ -116,7 +116,7 @@ def test_a_trial_network_reaches_the_api_and_nothing_else(api: tuple[str, int]) 
     problem = trial_network.network_problem()
     if problem is not None:
         pytest.skip(problem)
-    name = trial_network.namespace_name("test", f"relay-{os.getpid()}")
+    name = trial_network.namespace_name(f"test-relay-{os.getpid()}")
     network = trial_network.TrialNetwork.ensure(name, [api[0]])
     relay = trial_network.ApiRelay(network, api, api)
     try:
@@ -147,3 +147,37 @@ def test_a_trial_network_reaches_the_api_and_nothing_else(api: tuple[str, int]) 
         relay.close()
         network.remove()
     assert not network.path.exists()
+
+
+def test_two_attempts_with_the_same_key_never_share_a_network_or_a_cgroup() -> None:
+    """Two control planes on one node both have an attempt t1-a1: Ray's ids tell them apart."""
+    from trainhub.adapters.cgroups import cgroup_problem
+    from trainhub.adapters.ray_executor.containment import Containment
+
+    for problem in (trial_network.network_problem(), cgroup_problem()):
+        if problem is not None:
+            pytest.skip(problem)
+    resources = TrialResources(cpus_per_worker=1)
+    made = [
+        Containment.prepare(
+            f"pg{plane}-{os.getpid()}",
+            f"actor{plane}-{os.getpid()}",
+            0,
+            resources,
+            NodeIsolation(seccomp=False),
+            num_nodes=1,
+            env={},
+        )
+        for plane in (1, 2)
+    ]
+    try:
+        first, second = made
+        assert first.network is not None
+        assert second.network is not None
+        assert first.network.path != second.network.path
+        assert first.cgroup is not None
+        assert second.cgroup is not None
+        assert not set(first.cgroup.folders()) & set(second.cgroup.folders())
+    finally:
+        for containment in made:
+            containment.remove(last_on_node=True)

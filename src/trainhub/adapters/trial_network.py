@@ -57,9 +57,9 @@ class NetworkUnavailable(RuntimeError):
     """No network namespace can be made here (no root, no ``ip``)."""
 
 
-def namespace_name(namespace: str, attempt_key: str) -> str:
+def namespace_name(attempt_id: str) -> str:
     """The netns name of one attempt (``ip netns`` names: letters, digits, ``-_.``)."""
-    return "th-" + re.sub(r"[^A-Za-z0-9_.-]", "_", f"{namespace}-{attempt_key}")[:200]
+    return "th-" + re.sub(r"[^A-Za-z0-9_.-]", "_", attempt_id)[:200]
 
 
 def network_problem() -> str | None:

@@ -62,8 +62,8 @@ class Containment:
     @classmethod
     def prepare(
         cls,
-        namespace: str,
-        attempt_key: str,
+        attempt_id: str,
+        rank_id: str,
         rank: int,
         resources: TrialResources,
         node: NodeIsolation,
@@ -73,18 +73,21 @@ class Containment:
     ) -> Containment:
         """Make the rank's cgroup, join or make the trial's network, compile the filter.
 
+        ``attempt_id`` names the attempt's network on this node and ``rank_id`` the rank's
+        cgroup: both must be unique on the node, whatever else runs there (two control planes
+        on one node both have a trial 1): the placement group's and the actor's Ray ids are.
         ``env`` (the rank's environment) is adjusted for a trial network: the rendezvous on
         loopback, the API's address as the relay serves it.
         """
         profile = isolation_profile(dataclasses.replace(resources, num_nodes=num_nodes), node)
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{namespace}-{attempt_key}-rank{rank}")
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"rank{rank}-{rank_id}")
         group = network = relay = None
         fd = None
         try:
             if profile.limits is not None:
                 group = cgroups.create_rank_cgroup(name, profile.limits)
             if profile.network == NetworkMode.TRIAL:
-                network, relay = _trial_network(namespace, attempt_key, env)
+                network, relay = _trial_network(attempt_id, env)
             if profile.denied_syscalls:
                 fd = seccomp.filter_fd(profile.denied_syscalls)
             return cls(profile, group, network, relay, fd)
@@ -145,10 +148,10 @@ class Containment:
 
 
 def _trial_network(
-    namespace: str, attempt_key: str, env: MutableMapping[str, str]
+    attempt_id: str, env: MutableMapping[str, str]
 ) -> tuple[trial_network.TrialNetwork, trial_network.ApiRelay | None]:
     """The attempt's namespace on this node, and the API relay if this rank serves it."""
-    name = trial_network.namespace_name(namespace, attempt_key)
+    name = trial_network.namespace_name(attempt_id)
     relay = None
     if not env.get(API_URL_ENV):  # a launch without the control plane (benchmarks, tests)
         network = trial_network.TrialNetwork.ensure(name, [])

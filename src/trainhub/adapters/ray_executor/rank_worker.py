@@ -332,8 +332,8 @@ class RankWorker:
         plan = sandbox.SandboxPlan(tuple(mounts), paths["code"], uid, devices)
         if spec.resources is not None and spec.isolation is not None:
             self._containment = Containment.prepare(
-                spec.namespace,
-                spec.attempt_key,
+                self._attempt_id(),
+                ray.get_runtime_context().get_actor_id() or f"{os.getpid()}",
                 spec.rank,
                 spec.resources,
                 spec.isolation,
@@ -390,6 +390,13 @@ class RankWorker:
                 if time.monotonic() > deadline or self._stopping:
                     raise
                 time.sleep(0.05)
+
+    def _attempt_id(self) -> str:
+        """Unique on the node: the placement group's id (ranks of one attempt share it)."""
+        from ray.util.placement_group import get_current_placement_group
+
+        pg = get_current_placement_group()
+        return pg.id.hex() if pg is not None else f"{self._spec.attempt_key}-{os.getpid()}"
 
     def _rank_nodes(self) -> list[str]:
         """The node id of every rank of the attempt (rank i runs in bundle i)."""
