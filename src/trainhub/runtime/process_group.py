@@ -12,7 +12,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import PrefixStore, Store, TCPStore
+from torch.distributed import PrefixStore, Store, TCPStore  # type: ignore[attr-defined]
 
 logger = logging.getLogger("trainhub.runtime")
 # the attempt's rendezvous secret the executor sets (core/isolation.py RENDEZVOUS_SECRET_ENV;
