@@ -16,6 +16,17 @@
    tokens (tests/e2e/write_workload). One line ``{"benchmark": "containment", "attacks",
    "contained", "neighbour_slowdown"}``; ``--writes-only`` runs just this part (~3 min).
 
+3. Containment (issue 24): ``sandbox_cost`` again, of a *contained* rank: its cgroup, the
+   trial's network namespace, the seccomp filter and the sized tmpfs on top of the sandbox.
+   ``start_ms`` is the median extra time to make all of it, start ``python -c pass`` in it and
+   remove it, against a bare start (target < 100 ms); ``step_overhead`` is the relative extra
+   CPU time per step of rank 0 of the DDP workload, contained vs bare (target < 2%), with each
+   run's value as the spread. Then ``containment``: a neighbour tenant's two-rank trial alone,
+   then again while another tenant's trials attack (tests/e2e/escapes.py ATTACKS, ALLOCATE,
+   BUSY); ``attacks`` counts the attacks, ``contained`` those that failed as they must, and
+   ``neighbour_slowdown`` is the neighbour's median step time during the attacks over its
+   quiet one (target <= 1.15).
+
 Run it with a fresh home to check a fresh machine too:
 
     HOME=$(mktemp -d) .venv/bin/python benchmarks/isolation.py [--repeats 3] [--steps 600]
@@ -40,7 +51,14 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.escapes import SCRIPT, parse  # noqa: E402  (needs sys.path)
+from tests.e2e.escapes import (  # noqa: E402  (needs sys.path)
+    ALLOCATE,
+    ATTACKS,
+    BUSY,
+    NEIGHBOUR,
+    SCRIPT,
+    parse,
+)
 from tests.fixtures.control_plane import ControlPlaneProcess, pack_dir  # noqa: E402
 from tests.fixtures.ray_cluster import Watch, make_context  # noqa: E402
 
@@ -127,10 +145,23 @@ def start_ms(repeats: int, scratch: Path) -> float:
 
 
 def samples_per_s(mode: str, address: str, steps: int, trial_id: int) -> float:
+    return float(ddp_result(mode, address, steps, trial_id)["samples_per_s"])
+
+
+def ddp_result(
+    mode: str, address: str, steps: int, trial_id: int, contained: bool = False
+) -> dict[str, float]:
+    """Rank 0's RESULT of the DDP workload through the executor (``contained``: a profile)."""
     from trainhub.adapters.ray_executor import RayExecutor
+    from trainhub.core.isolation import NodeIsolation
     from trainhub.service.ports import AttemptLaunch, AttemptPhase
 
-    executor = RayExecutor(address, namespace="isolation-bench", sandbox=mode)
+    executor = RayExecutor(
+        address,
+        namespace="isolation-bench",
+        sandbox=mode,
+        isolation=NodeIsolation() if contained else None,
+    )
     node = executor.cluster_nodes()[0].node_id
     key = f"bench-{mode}-{trial_id}"
     files = {"ddp_mlp.py": (WORKLOAD / "ddp_mlp.py").read_text()}
@@ -151,7 +182,7 @@ def samples_per_s(mode: str, address: str, steps: int, trial_id: int) -> float:
         assert all(r.exit_code == 0 for r in status.ranks), watch.logs
         match = RESULT.search(watch.text(0))
         assert match, watch.text(0)
-        return float(json.loads(match.group(1))["samples_per_s"])
+        return dict(json.loads(match.group(1)))
     finally:
         executor.release(key)
 
@@ -260,6 +291,206 @@ def write_containment(home: Path, address: str, steps: int) -> dict[str, object]
     }
 
 
+def contained_start_ms(repeats: int, scratch: Path) -> tuple[list[float], list[float]]:
+    """Extra milliseconds of each contained start (cgroup, network, filter made; the process
+    run to its end) over the bare start next to it, and the milliseconds of each removal."""
+    from trainhub.adapters.ray_executor.containment import Containment
+    from trainhub.core.isolation import NodeIsolation, TrialResources
+
+    bwrap = sandbox.bwrap_path()
+    assert bwrap is not None
+    mounts = [sandbox.Mount(p, p) for p in sandbox.safe_mounts(sandbox.python_paths(), [])]
+    uid = sandbox.SANDBOX_UID_BASE if os.geteuid() == 0 else None
+    plan = sandbox.SandboxPlan(tuple(mounts), "/", uid)
+    argv = [sys.executable, "-S", "-c", "pass"]
+    resources = TrialResources(cpus_per_worker=1, memory_gb_per_worker=1)
+    extra, removals = [], []
+    for index in range(repeats):
+        started = time.perf_counter()
+        subprocess.run(argv, check=True, stdin=subprocess.DEVNULL)
+        bare = time.perf_counter() - started
+        started = time.perf_counter()
+        env = {"TRAINHUB_API_URL": "http://127.0.0.1:9"}
+        contained = Containment.prepare(
+            f"bench-{os.getpid()}-{index}",
+            f"bench-{os.getpid()}-{index}",
+            0,
+            resources,
+            NodeIsolation(),
+            num_nodes=1,
+            env=env,
+        )
+        subprocess.run(
+            sandbox.bwrap_argv(bwrap, contained.sandbox_plan(plan), argv),
+            check=True,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=contained.enter,
+            pass_fds=contained.pass_fds(),
+        )
+        ran = time.perf_counter()
+        contained.remove(last_on_node=True)
+        removals.append((time.perf_counter() - ran) * 1000)
+        extra.append((ran - started - bare) * 1000)
+    return extra, removals
+
+
+def contained_cost(args: argparse.Namespace, address: str, scratch: Path) -> dict[str, object]:
+    """The ``sandbox_cost`` line of a contained rank (netns, cgroup, seccomp, sized tmpfs)."""
+    starts, removals = contained_start_ms(args.start_repeats, scratch)
+    ddp_result("bwrap", address, 50, 101, contained=True)  # warm both paths
+    ddp_result("none", address, 50, 102)
+    cpu: dict[str, list[float]] = {"contained": [], "bare": []}
+    load = [os.getloadavg()[0]]
+    for repeat in range(args.repeats):
+        order = (False, True) if repeat % 2 == 0 else (True, False)
+        for contained in order:
+            mode = "bwrap" if contained else "none"
+            result = ddp_result(mode, address, args.steps, 110 + 2 * repeat + contained, contained)
+            cpu["contained" if contained else "bare"].append(result["cpu_s_per_step"])
+    load.append(os.getloadavg()[0])
+    pairs = [c / b - 1.0 for c, b in zip(cpu["contained"], cpu["bare"], strict=True)]
+    return {
+        "benchmark": "sandbox_cost",
+        "contained": "bwrap + cgroup + own network namespace + seccomp + sized tmpfs",
+        "start_ms": round(statistics.median(starts), 1),
+        "start_ms_runs": [round(s, 1) for s in starts],
+        "remove_ms": round(statistics.median(removals), 1),  # at the attempt's end
+        "step_overhead": round(
+            statistics.median(cpu["contained"]) / statistics.median(cpu["bare"]) - 1.0, 4
+        ),
+        "step_overhead_runs": [round(p, 4) for p in pairs],  # each pair's: the spread
+        "cpu_ms_per_step_bare": [round(c * 1000, 3) for c in cpu["bare"]],
+        "cpu_ms_per_step_contained": [round(c * 1000, 3) for c in cpu["contained"]],
+        "load_average_1m": [round(x, 1) for x in load],
+        "measure": "CPU time of rank 0 per step (process_time), MLP DDP gloo, 2 ranks, "
+        f"{args.steps} steps, {args.repeats} pairs",
+        "targets": {"start_ms": "< 100", "step_overhead": "< 0.02"},
+    }
+
+
+def containment(home: Path, address: str, steps: int) -> dict[str, object]:
+    """Attacks from one tenant's trials while another tenant's two-rank trial runs."""
+    plane_home = home / "plane-contained"
+    plane_home.mkdir()
+    plane = ControlPlaneProcess(
+        plane_home, address, settings={"sandbox": "bwrap", "pids_per_rank": 128}
+    )
+    plane.start()
+    codes = {}
+    for name, script in (
+        ("neighbour", NEIGHBOUR),
+        ("attack", ATTACKS),
+        ("allocate", ALLOCATE),
+        ("busy", BUSY),
+    ):
+        codes[name] = home / f"code-{name}"
+        codes[name].mkdir()
+        (codes[name] / f"{name}.py").write_text(script)
+
+    def submit(tenant: str, name: str, resources: dict[str, object], env: dict[str, str]) -> int:
+        import httpx
+
+        spec = {
+            "name": name,
+            "entrypoint": f"python {name}.py",
+            "resources": resources,
+            "max_restarts": 1,
+            "environment": {"variables": env},
+        }
+        response = httpx.post(
+            f"{plane.url}/api/v1/experiments",
+            headers={"Authorization": f"Bearer {plane.token}"},
+            data={"spec": json.dumps(spec), "tenant": tenant},
+            files={"context": ("c.tar.gz", pack_dir(codes[name]), "application/gzip")},
+            timeout=30,
+        )
+        assert response.status_code == 201, response.text
+        return int(response.json()["trials"][0]["id"])
+
+    def neighbour() -> int:
+        resources = {"workers": 2, "cpus_per_worker": 0.5, "memory_gb_per_worker": 2}
+        env = {"NEIGHBOUR_STEPS": str(steps), "NEIGHBOUR_SLEEP_S": "0.1"}
+        return submit("neighbour", "neighbour", {**resources, "single_node": True}, env)
+
+    def step_times(trial_id: int) -> list[float]:
+        done = plane.wait_for(trial_id, lambda t: t["state"] == "COMPLETED", timeout_s=600)
+        assert done["num_restarts"] == 0, done
+        points = plane.metrics(trial_id)
+        assert [p["values"]["value"] for p in points] == [float(s) for s in range(steps)]
+        return [p["values"]["step_time_s"] for p in points[3:]]  # past the first steps
+
+    import socket
+
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # a host abstract socket
+    abstract.bind(f"\0trainhub-bench-{os.getpid()}")
+    abstract.listen(8)
+    try:
+        for tenant in ("neighbour", "attacker"):
+            assert plane.request("POST", "/tenants", json={"name": tenant}).status_code == 201
+        quiet = step_times(neighbour())
+        busy_neighbour = neighbour()
+        deadline = time.monotonic() + 300
+        store = ""
+        while not store and time.monotonic() < deadline:
+            found = [ln for ln in plane.log(busy_neighbour, 0).splitlines() if "STORE" in ln]
+            store = found[0].split()[1] if found else ""
+            time.sleep(0.3)
+        node_ip = address.rsplit(":", 1)[0]
+        attack = submit(
+            "attacker",
+            "attack",
+            {"workers": 1, "cpus_per_worker": 0.5, "memory_gb_per_worker": 0.5},
+            {
+                "ATTACK_SHM_MIB": "400",
+                "ATTACK_STORE": f"{node_ip}:{store.rsplit(':', 1)[-1]}",
+                "ATTACK_RAY": address,
+                "ATTACK_ABSTRACT": f"trainhub-bench-{os.getpid()}",
+            },
+        )
+        glutton = submit(
+            "attacker",
+            "allocate",
+            {"workers": 1, "cpus_per_worker": 0.5, "memory_gb_per_worker": 0.5},
+            {"ATTACK_ALLOCATE_MIB": "1536"},
+        )
+        share = 0.5
+        busy = submit(
+            "attacker",
+            "busy",
+            {"workers": 1, "cpus_per_worker": share},
+            {"ATTACK_BUSY_S": "8", "ATTACK_BUSY_WORKERS": "4"},
+        )
+        during = step_times(busy_neighbour)
+        plane.wait_for(attack, lambda t: t["state"] == "COMPLETED", timeout_s=300)
+        results = {n: not r["allowed"] for n, r in parse(plane.log(attack, 0)).items()}
+        oom = plane.wait_for(glutton, lambda t: t["state"] == "FAILED", timeout_s=300)
+        results["allocate_past_memory"] = (
+            "exceeded its 0.5 GiB memory limit" in (oom["message"] or "")
+            and len(oom["attempts"]) == 2
+        )
+        plane.wait_for(busy, lambda t: t["state"] == "COMPLETED", timeout_s=300)
+        line = next(ln for ln in plane.log(busy, 0).splitlines() if ln.startswith("BUSY "))
+        numbers = dict(item.split("=") for item in line.split()[1:])
+        cpu_share = float(numbers["cpu_s"]) / float(numbers["wall_s"])
+        results["busy_past_cpu_share"] = cpu_share <= 1.2 * share
+    finally:
+        abstract.close()
+        plane.stop()
+    return {
+        "benchmark": "containment",
+        "attacks": len(results),
+        "contained": sum(results.values()),
+        "not_contained": sorted(n for n, ok in results.items() if not ok),
+        "neighbour_slowdown": round(statistics.median(during) / statistics.median(quiet), 3),
+        "neighbour_step_ms_quiet": round(statistics.median(quiet) * 1000, 2),
+        "neighbour_step_ms_during": round(statistics.median(during) * 1000, 2),
+        "busy_cpu_share": round(cpu_share, 3),
+        "busy_share_given": share,
+        "load_average_1m": round(os.getloadavg()[0], 1),
+        "target": {"neighbour_slowdown": "<= 1.15"},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=4)
@@ -268,7 +499,8 @@ def main() -> None:
     parser.add_argument(
         "--writes-only", action="store_true", help="only the write and authentication attacks"
     )
-    parser.add_argument("--neighbour-steps", type=int, default=40)
+    parser.add_argument("--only", choices=("all", "containment"), default="all")
+    parser.add_argument("--neighbour-steps", type=int, default=60)
     args = parser.parse_args()
     if args.writes_only:
         home = Path(tempfile.mkdtemp(prefix="trainhub-containment-"))
@@ -289,7 +521,13 @@ def main() -> None:
     (code / "escape.py").write_text(SCRIPT)
     assert pack_dir(code)
     try:
-        address = ensure_local_ray(home / "ray", num_cpus=4)
+        # no more CPUs than the machine has: the attacks' and the neighbour's shares must fit
+        # it, or the neighbour's slowdown measures the overcommit, not the containment
+        address = ensure_local_ray(home / "ray", num_cpus=min(4, os.cpu_count() or 4))
+        if args.only == "containment":
+            print(json.dumps(contained_cost(args, address, home / "contained")), flush=True)
+            print(json.dumps(containment(home, address, args.neighbour_steps)), flush=True)
+            return
         for mode in ("bwrap", "none"):
             for attempt, allowed in sorted(escapes(mode, home, address, code).items()):
                 line = {"benchmark": "escape", "sandbox": mode, "attempt": attempt}
@@ -305,6 +543,8 @@ def main() -> None:
             for mode in order:
                 rates[mode].append(samples_per_s(mode, address, args.steps, 10 + repeat))
         load.append(os.getloadavg()[0])
+        contained = contained_cost(args, address, home / "contained")
+        contained_line = containment(home, address, args.neighbour_steps)
     finally:
         import ray
 
@@ -327,6 +567,8 @@ def main() -> None:
         "targets": {"start_ms": "< 50", "step_overhead": "< 0.01"},
     }
     print(json.dumps(line), flush=True)
+    print(json.dumps(contained), flush=True)
+    print(json.dumps(contained_line), flush=True)
 
 
 if __name__ == "__main__":

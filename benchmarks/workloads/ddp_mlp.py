@@ -46,6 +46,7 @@ first_step_unix = 0.0
 for step in range(args.steps):
     if step == args.warmup:
         start = time.perf_counter()
+        cpu_start = time.process_time()
     optimizer.zero_grad(set_to_none=True)
     loss = nn.functional.cross_entropy(model(x), y)
     loss.backward()
@@ -53,10 +54,12 @@ for step in range(args.steps):
     if step == 0:
         first_step_unix = time.time()
 elapsed = time.perf_counter() - start
+cpu_s = time.process_time() - cpu_start
 samples = (args.steps - args.warmup) * args.batch_size * world
 if rank == 0:
     result = {
         "samples_per_s": samples / elapsed,
+        "cpu_s_per_step": cpu_s / (args.steps - args.warmup),  # rank 0's process, all threads
         "first_step_unix": first_step_unix,
         "world_size": world,
         "pid": os.getpid(),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainhub.core import limits
+from trainhub.core.isolation import DEFAULT_PIDS_PER_RANK
 from trainhub.core.metric_budget import PointCaps
 from trainhub.core.scheduling import BasePolicy
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, create_policy
@@ -71,6 +72,7 @@ class Settings:
     ray_num_cpus: int | None = None
     ray_num_gpus: int | None = None
     sandbox: str = "auto"  # auto | bwrap | none: how rank processes are isolated (sandbox.py)
+    pids_per_rank: int = DEFAULT_PIDS_PER_RANK  # the most processes and threads of one rank
     data_dir: Path | None = None  # datasets every trial may read (TRAINHUB_DATA_DIR, read-only)
     # tenant datasets: each node's cache of them (default: its work dir) and its size cap
     dataset_cache_dir: Path | None = None
@@ -224,6 +226,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.monitor.node_store import SqlNodeControlStore
     from trainhub.adapters.optuna_search import OptunaSearch
     from trainhub.adapters.ray_executor import RayExecutor, ensure_local_ray
+    from trainhub.adapters.ray_executor.containment import resolve_isolation
     from trainhub.adapters.sample_gallery import DatasetGallery
     from trainhub.adapters.sandbox import (
         SandboxMode,
@@ -264,6 +267,12 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         num_cpus=settings.ray_num_cpus,
         num_gpus=settings.ray_num_gpus,
     )
+    isolation = None
+    if sandbox == SandboxMode.BWRAP:  # cgroups, a network per trial, seccomp (ADR 0027)
+        isolation, missing = resolve_isolation(settings.pids_per_rank)
+        for why in missing:
+            log.warning("%s", why)
+        warnings += missing
     executor = RayExecutor(
         address,
         sandbox=sandbox.value,
@@ -272,6 +281,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         denied=tuple(str(p) for p in denied),
         dataset_cache_dir=str(settings.dataset_cache_dir) if settings.dataset_cache_dir else None,
         dataset_cache_gb=settings.dataset_cache_gb,
+        isolation=isolation,
     )
     clock = system_clock
     config = LoopConfig(
@@ -344,6 +354,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     tracking.other_bytes = lambda tenant: (
         registry.models.bytes_of_tenant(tenant) + datasets.datasets.bytes_of_tenant(tenant)
     )
+    experiments.isolation = isolation
     services = Services(
         uow=uow,
         clock=clock,

@@ -295,3 +295,23 @@ def test_ls_sorts_by_best_and_filters_by_user_and_tenant(cli: Cli, live: LiveSer
 
 def _name_in(row: str) -> str:
     return next(n for n in ("top", "low", "none") if f" {n} " in row)
+
+
+def test_show_a_trial_lists_the_limits_of_its_ranks(cli: Cli, live: LiveServer) -> None:
+    from trainhub.core.isolation import NodeIsolation
+
+    spec = (
+        "name: limited\nentrypoint: python train.py\n"
+        "resources: {cpus_per_worker: 0.5, memory_gb_per_worker: 1}\n"
+    )
+    trial_id = submit(live, spec)["trial_ids"][0]
+    unsandboxed = cli("show", "--trial", str(trial_id)).stdout
+    assert "sandbox: none" in unsandboxed
+    live.api.services.experiments.isolation = NodeIsolation(pids_per_rank=256)
+    out = cli("show", "--trial", str(trial_id)).stdout
+    assert "limits (per rank)" in out
+    assert "memory: 1 GiB, no swap" in out
+    assert "cpu: 0.5 CPU" in out
+    assert "processes: 256" in out
+    assert "/dev/shm: 0.5 GiB" in out
+    assert "network: trial" in out

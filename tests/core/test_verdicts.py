@@ -20,6 +20,7 @@ from trainhub.core.verdicts import (
     Wait,
     judge,
     next_trial_state,
+    out_of_memory_again,
 )
 
 LIMITS = AttemptLimits(placement_timeout_s=300, stop_wait_s=10, cancel_grace_s=5, exit_margin_s=30)
@@ -30,6 +31,7 @@ class Rank:
     rank: int
     phase: RankPhase
     exit_code: int | None = None
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -150,3 +152,28 @@ def test_the_core_and_the_runtime_agree_on_the_refused_spec_exit_code() -> None:
     from trainhub.runtime import protocol
 
     assert protocol.EXIT_SPEC_REFUSED == EXIT_SPEC_REFUSED
+
+
+def test_a_rank_killed_for_its_memory_gives_the_attempt_its_reason() -> None:
+    oom = "rank 1 exceeded its 1 GiB memory limit: peak 1.0 GiB"
+    status = Status(
+        AttemptPhase.EXITED,
+        (Rank(0, RankPhase.EXITED, -15), Rank(1, RankPhase.EXITED, -9, oom)),
+    )
+    verdict = judge(facts(state=TrialState.RUNNING, started_at=1.0), status, 10.0, LIMITS)
+    assert isinstance(verdict, EndAttempt)
+    assert verdict.detail == oom  # the explained failure, not rank 0 stopped after it
+
+
+def test_a_second_oom_at_the_same_point_is_final() -> None:
+    oom = "rank 0 exceeded its 1 GiB memory limit: peak 1.0 GiB"
+    final = out_of_memory_again(oom, oom, checkpointed_since=False)
+    assert final is not None
+    assert final.startswith(oom)
+    assert "not restarted" in final
+    # progress since the first one: a restart may get further
+    assert out_of_memory_again(oom, oom, checkpointed_since=True) is None
+    # the first OOM, or an OOM after another failure: restarted as usual
+    assert out_of_memory_again(oom, None, checkpointed_since=False) is None
+    assert out_of_memory_again(oom, "rank 0 exited with code 1", checkpointed_since=False) is None
+    assert out_of_memory_again("rank 0 exited with code 1", oom, checkpointed_since=False) is None

@@ -117,13 +117,18 @@ class FakeExecutor:
             attempt.output[rank] = attempt.output.get(rank, b"") + data
 
     def exit(
-        self, attempt_key: str, codes: Sequence[int], output: Mapping[int, bytes] | None = None
+        self,
+        attempt_key: str,
+        codes: Sequence[int],
+        output: Mapping[int, bytes] | None = None,
+        details: Mapping[int, str] | None = None,
     ) -> None:
-        """The ranks exit with ``codes``, having printed ``output`` (rank -> bytes) last."""
+        """The ranks exit with ``codes``, having printed ``output`` (rank -> bytes) last;
+        ``details``: what the executor knows of a rank's end (rank -> reason, e.g. an OOM)."""
         attempt = self.attempts[attempt_key]
         self.say(attempt_key, output or {})
         attempt.ranks = [
-            RankStatus(r.rank, RankPhase.EXITED, code)
+            RankStatus(r.rank, RankPhase.EXITED, code, detail=(details or {}).get(r.rank, ""))
             for r, code in zip(attempt.ranks, codes, strict=True)
         ]
         failed = [r for r in attempt.ranks if r.exit_code]

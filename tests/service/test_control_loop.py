@@ -162,6 +162,30 @@ def test_restarts_are_counted_until_exhausted(h: LoopHarness) -> None:
         assert repo.get_experiment(trial.experiment_id).state == ExperimentState.FAILED  # type: ignore[union-attr]
 
 
+def test_a_second_oom_at_the_same_point_fails_the_trial_without_more_restarts(
+    h: LoopHarness,
+) -> None:
+    oom = "rank 1 exceeded its 1 GiB memory limit: peak 1.0 GiB"
+    trial_id = h.submit(SPEC + "max_restarts: 3\n")
+    key = start_running(h, trial_id)
+    h.executor.exit(key, [-15, -9], details={1: oom})
+    h.tick()  # the first OOM: restarted, as any failure
+    trial = h.trial(trial_id)
+    assert trial.num_restarts == 1
+    assert trial.message == oom
+    key = h.key(trial_id)
+    h.executor.run(key)
+    h.tick()
+    h.executor.exit(key, [-15, -9], details={1: oom})
+    h.tick()  # again, and no checkpoint since: it would always die there
+    trial = h.trial(trial_id)
+    assert trial.state == TrialState.FAILED
+    assert trial.message is not None
+    assert trial.message.startswith(oom)
+    assert "previous attempt exceeded its memory limit at the same point" in trial.message
+    assert len(h.attempts(trial_id)) == 2
+
+
 def test_a_failure_says_what_the_rank_printed_last(h: LoopHarness) -> None:
     trial_id = h.submit(SPEC + "max_restarts: 0\n")
     key = start_running(h, trial_id)

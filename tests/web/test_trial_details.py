@@ -78,8 +78,14 @@ def test_the_trial_page_shows_step_timing_attempts_on_a_timeline_and_alerts(
     _post(site, trial_id, own, 0, {**healthy, **TIMING})
     _post(site, trial_id, own, 10, {**healthy, "layers/fc2/grad_norm": 4e4, **TIMING})
 
+    from trainhub.core.isolation import NodeIsolation
+
+    site.api.services.experiments.isolation = NodeIsolation()
     page = _login(browser, site, ines)
     page.goto(f"{site.url}/ui/trials/{trial_id}")
+    limits = page.inner_text("#limits")  # what contains each rank, as `trainhub show`
+    assert "processes\t512" in limits
+    assert "seccomp" in limits
     phases = page.eval_on_selector_all(
         "#timing-table tr.phase", "rs => rs.map(r => r.dataset.phase)"
     )

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from trainhub.core.isolation import IsolationProfile
+
 SANDBOX_UID_BASE = 200_000  # a rank of trial N runs as uid/gid SANDBOX_UID_BASE + N (root agent)
 TRIAL_ROOT = "/trial"  # where a sandboxed rank finds its own folders
 CODE_DIR = f"{TRIAL_ROOT}/code"
@@ -76,6 +78,10 @@ class SandboxPlan:
     cwd: str
     uid: int | None = None  # drop to this uid/gid inside (the node agent is root)
     devices: tuple[str, ...] = ()  # device nodes to pass through (GPUs)
+    # namespaces, tmpfs sizes, /sys, the session and the syscalls (core/isolation.py); None:
+    # the sandbox of ADR 0007 alone (own pid/ipc/uts namespaces, unsized tmpfs, /sys read-only)
+    profile: IsolationProfile | None = None
+    seccomp_fd: int | None = None  # the compiled filter (adapters/seccomp.py), when profiled
 
 
 # --- finding bwrap ---
@@ -219,8 +225,12 @@ def bwrap_argv(bwrap: str, plan: SandboxPlan, argv: Sequence[str]) -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind-try", "/sys", "/sys"]
-    args += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if plan.profile is None:
+        args += ["--ro-bind-try", "/sys", "/sys"]
+        args += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
+    else:
+        args += _profile_args(plan.profile, plan.seccomp_fd, gpus=bool(plan.devices))
     made: set[str] = {"/", "/tmp", "/dev", "/proc", "/sys", *SYSTEM_DIRS}
     for mount in plan.mounts:
         for parent in reversed(Path(mount.target).parents):
@@ -244,6 +254,37 @@ def bwrap_argv(bwrap: str, plan: SandboxPlan, argv: Sequence[str]) -> list[str]:
             "--",
         ]
     return [*args, *argv]
+
+
+# what a rank sees of /sys when it is masked: the CPU and NUMA topology (thread pools size
+# themselves from it); GPU ranks also see the PCI devices the driver looks up
+SYS_KEPT = ("/sys/devices/system/cpu", "/sys/devices/system/node")
+SYS_KEPT_GPU = ("/sys/bus/pci", "/sys/devices", "/sys/module/nvidia")
+
+
+def _profile_args(profile: IsolationProfile, seccomp_fd: int | None, *, gpus: bool) -> list[str]:
+    """bwrap arguments of an isolation profile (the network namespace is joined before bwrap)."""
+    args: list[str] = []
+    for namespace in profile.namespaces:
+        if namespace not in ("pid", "ipc", "uts", "cgroup", "net"):
+            raise ValueError(f"unknown namespace {namespace!r}")
+    for mount in profile.tmpfs:
+        args += ["--perms", f"{mount.mode:o}", "--size", str(mount.size_bytes)]
+        args += ["--tmpfs", mount.target]
+    if profile.mask_sys:
+        args += ["--perms", "0555", "--tmpfs", "/sys"]
+        for path in SYS_KEPT + (SYS_KEPT_GPU if gpus else ()):
+            args += ["--ro-bind-try", path, path]
+        args += ["--remount-ro", "/sys"]
+    else:
+        args += ["--ro-bind-try", "/sys", "/sys"]
+    if profile.new_session:
+        args += ["--new-session"]
+    if profile.denied_syscalls:
+        if seccomp_fd is None:
+            raise ValueError("the profile refuses syscalls but no seccomp filter was given")
+        args += ["--seccomp", str(seccomp_fd)]
+    return args
 
 
 @functools.cache

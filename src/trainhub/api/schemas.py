@@ -251,6 +251,10 @@ class TrialDetailPublic(TrialPublic):
     events: list[EventPublic]
     alerts: list[LayerAlertPublic] = []
     writes: TrialWritesPublic | None = None
+    limits: dict[str, str] = Field(
+        default_factory=dict,
+        description="What contains each rank: cgroup limits, network, seccomp.",
+    )
 
     @classmethod
     def of_detail(cls, d: TrialDetail, writes: TrialWrites | None = None) -> TrialDetailPublic:
@@ -262,6 +266,7 @@ class TrialDetailPublic(TrialPublic):
             events=[EventPublic(time=e.time, kind=e.kind, message=e.message) for e in d.events],
             alerts=[LayerAlertPublic.of(a) for a in d.alerts],
             writes=TrialWritesPublic.of(writes) if writes is not None else None,
+            limits=d.limits,
         )
 
 

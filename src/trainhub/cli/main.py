@@ -271,6 +271,15 @@ def server(
             f"(default: {limits.MAX_METRIC_POINTS_PER_TRIAL}).",
         ),
     ] = None,
+    pids_per_rank: Annotated[
+        int,
+        typer.Option(
+            envvar="TRAINHUB_PIDS_PER_RANK",
+            min=16,
+            help="The most processes and threads one rank may have (its cgroup's pids.max; "
+            "sandboxed ranks, docs/security.md).",
+        ),
+    ] = 512,
 ) -> None:
     """Run the control plane (API and scheduler) until interrupted.
 
@@ -299,6 +308,7 @@ def server(
         monitor_interval_s=monitor_interval_s,
         env_cache=env_cache.expanduser().resolve() if env_cache else None,
         env_cache_gb=env_cache_gb,
+        pids_per_rank=pids_per_rank,
     )
     if home is not None:
         settings = dataclasses.replace(settings, home=home.expanduser().resolve())

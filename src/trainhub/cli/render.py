@@ -409,6 +409,8 @@ def trial_view(t: JSON, now: float | None = None) -> RenderableType:
     progress = progress_renderable(t.get("progress") or {})
     if progress is not None:
         pairs.append(("progress", progress))
+    if t.get("limits"):
+        pairs.append(("limits (per rank)", "\n".join(f"{k}: {v}" for k, v in t["limits"].items())))
     parts: list[RenderableType] = [_fields(pairs)]
     from trainhub.cli.layer_health import alerts_table, layer_table, split_layer_metrics
 

@@ -36,6 +36,8 @@ class RankReport(Protocol):
     def phase(self) -> RankPhase: ...
     @property
     def exit_code(self) -> int | None: ...
+    @property
+    def detail(self) -> str: ...  # why it ended, beyond its exit code ("" when nothing more)
 
 
 class AttemptReport(Protocol):

@@ -81,6 +81,11 @@ class Resources(_Strict):
         Placement.PACK, description="pack: fewest nodes; spread: ranks on different nodes."
     )
     single_node: bool = Field(False, description="All ranks must share one node.")
+    pin_cpus: bool = Field(
+        False,
+        description="Pin each rank to round(cpus_per_worker) whole cores of its own (cpuset); "
+        "without it a rank gets cpus_per_worker of CPU time on any core.",
+    )
     node_labels: dict[_Label, _Label] = Field(
         default_factory=dict,
         max_length=limits.MAX_NODE_LABELS,

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainhub.core.attempts import AttemptPhase, AttemptReport, RankPhase
+from trainhub.core.isolation import OOM_MARK
 from trainhub.core.states import AttemptOutcome, TrialState, check_transition
 
 # a rank's exit code when the runtime refused the spec (runtime/protocol.py EXIT_SPEC_REFUSED;
@@ -149,10 +150,11 @@ def judge(facts: AttemptFacts, status: AttemptReport, now: float, limits: Attemp
             retry=False,
         )
     if failed:
-        first = failed[0]
+        # a rank whose end is explained (over its memory) is the cause the others followed
+        first = next((r for r in failed if r.detail), failed[0])
         return EndAttempt(
             AttemptOutcome.FAILED,
-            f"rank {first.rank} exited with code {first.exit_code}",
+            first.detail or f"rank {first.rank} exited with code {first.exit_code}",
             stop_others=True,
         )
     if lost:
@@ -166,6 +168,25 @@ def judge(facts: AttemptFacts, status: AttemptReport, now: float, limits: Attemp
     if facts.state == TrialState.SCHEDULED and any(r.phase == RankPhase.RUNNING for r in ranks):
         return MarkRunning()
     return Wait()
+
+
+def out_of_memory_again(
+    detail: str, previous_detail: str | None, *, checkpointed_since: bool
+) -> str | None:
+    """The trial's final message when a rank ran out of memory again at the same point.
+
+    The same point: the attempt before also ended with a rank over its memory limit, and no
+    checkpoint was saved since, so a new attempt would resume where both died. ``None``: a
+    restart may help (the first OOM, or progress was made since the last one).
+    """
+    if OOM_MARK not in detail or not previous_detail or OOM_MARK not in previous_detail:
+        return None
+    if checkpointed_since:
+        return None
+    return (
+        f"{detail}; the previous attempt exceeded its memory limit at the same point, so it is "
+        "not restarted (raise resources.memory_gb_per_worker or use less memory)"
+    )
 
 
 def launch_failed(cause: str) -> str:

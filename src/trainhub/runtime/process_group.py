@@ -12,8 +12,12 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch.distributed import PrefixStore, Store, TCPStore  # type: ignore[attr-defined]
 
 logger = logging.getLogger("trainhub.runtime")
+# the attempt's rendezvous secret the executor sets (core/isolation.py RENDEZVOUS_SECRET_ENV;
+# tests/runtime/test_process_group_secret.py keeps the two equal)
+RENDEZVOUS_SECRET_ENV = "TRAINHUB_RENDEZVOUS_SECRET"
 
 
 def select_device(local_rank: int, local_world_size: int) -> torch.device:
@@ -60,8 +64,35 @@ def ensure_process_group(*, rank: int, world_size: int, device: torch.device) ->
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = backend_for(device)
-    dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size)
+    secret = os.environ.get(RENDEZVOUS_SECRET_ENV)
+    if not secret:
+        dist.init_process_group(
+            backend=backend, init_method="env://", rank=rank, world_size=world_size
+        )
+        return True
+    dist.init_process_group(
+        backend=backend,
+        store=rendezvous_store(rank, world_size, secret),
+        rank=rank,
+        world_size=world_size,
+    )
     return True
+
+
+def rendezvous_store(rank: int, world_size: int, secret: str) -> Store:
+    """The trial's store on rank 0's ``MASTER_ADDR:MASTER_PORT``, its keys under ``secret``.
+
+    A process of another trial that reaches the port can neither read nor write the trial's
+    rendezvous keys (it cannot name them) and cannot pass as one of its ranks.
+    """
+    store = TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size,
+        is_master=rank == 0,
+        wait_for_workers=False,
+    )
+    return PrefixStore(f"trainhub/{secret}/", store)
 
 
 def _collective_device(device: torch.device) -> torch.device:

@@ -24,6 +24,7 @@ from typing import Any
 
 from trainhub.core.fairshare import DecayedUsage
 from trainhub.core.gcpause import collection_paused
+from trainhub.core.isolation import OOM_MARK
 from trainhub.core.limits import DEFAULT_MAX_LOG_BYTES_PER_TRIAL
 from trainhub.core.log_cap import LogCap
 from trainhub.core.resources import ResourceRequest
@@ -43,6 +44,7 @@ from trainhub.core.verdicts import (
     judge,
     launch_failed,
     next_trial_state,
+    out_of_memory_again,
 )
 from trainhub.runtime import protocol
 from trainhub.service.auth import new_token
@@ -494,6 +496,11 @@ class ControlLoop:
         repo.add_event(trial.id, outcome.value.lower(), f"attempt {number}: {detail}", now)
         spec = self._spec(repo, trial)
         latest = repo.list_checkpoints(trial.id)
+        retry = ending.verdict.retry
+        if retry and OOM_MARK in detail and attempt is not None:
+            again = self._out_of_memory_again(repo, trial.id, attempt.number, detail)
+            if again is not None:
+                detail, retry = again, False
         transition = next_trial_state(
             trial.state,
             outcome,
@@ -530,6 +537,19 @@ class ControlLoop:
         if transition.target.is_terminal and trial.disk_bytes:
             repo.record_disk_bytes({trial.id: 0})  # its folders go now (_discard_trial_files)
         return transition.target.is_terminal
+
+    @staticmethod
+    def _out_of_memory_again(
+        repo: Repository, trial_id: int, number: int, detail: str
+    ) -> str | None:
+        """The final message when attempt ``number`` ran out of memory where the one before did."""
+        previous = [a for a in repo.list_attempts(trial_id) if a.number == number - 1]
+        saved = repo.checkpoint_times([trial_id]).get(trial_id)
+        return out_of_memory_again(
+            detail,
+            previous[0].detail if previous else None,
+            checkpointed_since=saved is not None and saved.attempt == number,
+        )
 
     def _steered(self, trial: Trial, transition: Transition) -> Transition:
         """A pruned trial ends PRUNED (not CANCELED), a paused one waits PAUSED (not QUEUED)."""
@@ -820,6 +840,7 @@ class ControlLoop:
             gpus_per_worker=spec.resources.gpus_per_worker,
             cpus_per_worker=spec.resources.cpus_per_worker,
             memory_gb_per_worker=spec.resources.memory_gb_per_worker,
+            pin_cpus=spec.resources.pin_cpus,
             strategy=spec.resources.placement,
             environment_dir=started.environment.path if started.environment else None,
         )

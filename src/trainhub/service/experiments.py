@@ -10,7 +10,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from trainhub.core import fairshare
 from trainhub.core.errors import (
@@ -21,6 +21,7 @@ from trainhub.core.errors import (
     NotFound,
     PermissionDenied,
 )
+from trainhub.core.isolation import NodeIsolation, TrialResources, isolation_profile
 from trainhub.core.model_spec import zoo_error
 from trainhub.core.resources import (
     Node,
@@ -103,10 +104,32 @@ class TrialDetail:
     checkpoints: list[Checkpoint]
     events: list[TrialEvent]
     alerts: list[LayerAlertRecord] = field(default_factory=list)  # layer health, earliest first
+    # what contains each rank (core/isolation.py IsolationProfile.summary); empty: nothing
+    limits: dict[str, str] = field(default_factory=dict)
 
 
 class _TrialsOfExperiments(TrialStore, ExperimentStore, Protocol):
     """The roles refresh_experiment_state uses."""
+
+
+def trial_limits(spec: dict[str, Any], isolation: NodeIsolation | None) -> dict[str, str]:
+    """What contains each rank of a trial of ``spec`` (as its rank actors will apply it)."""
+    if isolation is None:
+        return {"sandbox": "none: ranks run as plain processes, without limits"}
+    resources = spec.get("resources") or {}
+    profile = isolation_profile(
+        TrialResources(
+            cpus_per_worker=float(resources.get("cpus_per_worker", 1.0)),
+            memory_gb_per_worker=resources.get("memory_gb_per_worker"),
+            pin_cpus=bool(resources.get("pin_cpus", False)),
+            num_nodes=1,
+        ),
+        isolation,
+    )
+    shown = profile.summary()
+    if not resources.get("single_node") and resources.get("workers", 1) > 1:
+        shown["network"] += " (if its ranks share a node; the node's network across nodes)"
+    return shown
 
 
 def refresh_experiment_state(
@@ -145,6 +168,8 @@ class ExperimentService:
         self.wake_scheduler = wake_scheduler
         self.max_context_bytes = max_context_bytes
         self.cluster_nodes = cluster_nodes
+        # the nodes' containment (None: ranks are not sandboxed); shown with each trial
+        self.isolation: NodeIsolation | None = None
         # told before an experiment's trials are canceled: its search makes no more trials
         self.on_cancel: Callable[[int], None] = lambda experiment_id: None
         # checks and pins model.init_from and distill.teacher (service/registry.py wires it)
@@ -294,13 +319,15 @@ class ExperimentService:
             if trial is None:
                 raise NotFound(f"trial {trial_id} does not exist")
             check_read(principal, trial.tenant, f"trial {trial_id}")
+            experiment = repo.experiment_of(trial_id)
             return TrialDetail(
                 trial,
-                repo.experiment_of(trial_id),
+                experiment,
                 repo.list_attempts(trial_id),
                 repo.list_checkpoints(trial_id),
                 repo.list_events(trial_id),
                 repo.list_layer_alerts(trial_id, TRIAL_ALERTS_SHOWN),
+                trial_limits(experiment.spec, self.isolation),
             )
 
     def cancel_experiment(self, principal: Principal, experiment_id: int) -> ExperimentDetail:

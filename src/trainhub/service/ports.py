@@ -44,6 +44,7 @@ class AttemptLaunch:
     strategy: Placement = Placement.PACK
     # the trial's own environment (a venv layered over the base, read-only), if it asks for one
     environment_dir: str | None = None
+    pin_cpus: bool = False  # each rank gets whole cores of its own (cgroup cpuset)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class RankStatus:
     # measured of the trial's folders it sees: (path, bytes) pairs (issue 24)
     log_size: int | None = None
     disk: tuple[tuple[str, int], ...] = ()
+    detail: str = ""  # why it ended, when the executor knows more than the exit code (OOM)
 
 
 @dataclass(frozen=True)

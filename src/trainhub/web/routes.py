@@ -226,6 +226,7 @@ def build_router(services: Services) -> APIRouter:
                 "actions": trial_actions(detail.trial.state),
                 "experiment": detail.experiment,
                 "checkpoints": detail.checkpoints,
+                "limits": detail.limits,
                 "events": detail.events[-50:],
                 "ranks": list(range(len(latest.placement))) if latest else [],
                 "steerable": services.steering is not None,

@@ -10,8 +10,10 @@ and releases the attempts the old one launched (:meth:`RayExecutor.live_attempts
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
+import secrets
 import threading
 import time
 from collections.abc import Mapping
@@ -40,6 +42,7 @@ from trainhub.adapters.ray_executor.rank_worker import (
 )
 from trainhub.adapters.ray_executor.trial_folders import discard_folder, freeze_folder
 from trainhub.core.errors import Conflict, TrainhubError
+from trainhub.core.isolation import RENDEZVOUS_SECRET_ENV, NodeIsolation, TrialResources
 from trainhub.core.resources import Node
 from trainhub.core.spec import Placement
 from trainhub.service.ports import (
@@ -111,6 +114,8 @@ class RayExecutor:
         dataset_cache_dir: where nodes cache tenant datasets by content hash (default: the
             node work dir's ``datasets``); dataset_cache_gb: its size cap in GiB.
         denied: paths never mounted into a sandbox (the control plane's home, database, ...).
+        isolation: the nodes' containment settings (cgroups, a network per trial, seccomp:
+            core/isolation.py); applied to sandboxed ranks only.
     """
 
     def __init__(
@@ -128,6 +133,7 @@ class RayExecutor:
         denied: tuple[str, ...] = (),
         dataset_cache_dir: str | None = None,
         dataset_cache_gb: float | None = None,
+        isolation: NodeIsolation | None = None,
     ) -> None:
         if sandbox not in ("bwrap", "none"):
             raise ValueError(f"sandbox must be 'bwrap' or 'none' (resolve 'auto' first): {sandbox}")
@@ -137,6 +143,7 @@ class RayExecutor:
         self._dataset_cache_dir = dataset_cache_dir
         self._dataset_cache_bytes = int(dataset_cache_gb * _GiB) if dataset_cache_gb else None
         self._denied = tuple(denied)
+        self.isolation = isolation if sandbox == "bwrap" else None
         self.address = address
         self.namespace = namespace
         self._poll_timeout_s = poll_timeout_s
@@ -249,6 +256,10 @@ class RayExecutor:
             # small archives travel inside the creation task (saves a fetch from the object
             # store); big ones go to the object store once for every rank
             archive = launch.context_archive
+            # one secret per attempt: the runtime's rendezvous keys live under it
+            launch = dataclasses.replace(
+                launch, env={**launch.env, RENDEZVOUS_SECRET_ENV: secrets.token_hex(16)}
+            )
             context: Any = archive if len(archive) <= _INLINE_ARCHIVE_BYTES else ray.put(archive)
             try:
                 for rank in range(world_size):
@@ -292,6 +303,14 @@ class RayExecutor:
             environment_dir=launch.environment_dir,
             dataset_cache_dir=self._dataset_cache_dir,
             dataset_cache_bytes=self._dataset_cache_bytes,
+            resources=TrialResources(
+                cpus_per_worker=launch.cpus_per_worker,
+                memory_gb_per_worker=launch.memory_gb_per_worker,
+                pin_cpus=launch.pin_cpus,
+            )
+            if self.isolation is not None
+            else None,
+            isolation=self.isolation,
         )
         return _RankWorkerActor.options(
             name=actor_name(launch.attempt_key, rank),
@@ -483,6 +502,7 @@ class RayExecutor:
             report.node_id,
             getattr(report, "log_size", None),  # an actor of an older version has neither
             tuple(getattr(report, "disk", ())),
+            getattr(report, "detail", ""),
         )
 
 
@@ -546,7 +566,7 @@ def _aggregate(
     else:
         phase = AttemptPhase.RUNNING
     details = [f"rank {r} lost: {lost_reasons.get(r, 'actor or node died')}" for r in lost]
-    details.extend(f"rank {r.rank} exited with code {r.exit_code}" for r in failed)
+    details.extend(r.detail or f"rank {r.rank} exited with code {r.exit_code}" for r in failed)
     return AttemptStatus(attempt_key, phase, tuple(ranks), "; ".join(details))
 
 

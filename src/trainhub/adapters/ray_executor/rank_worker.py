@@ -35,6 +35,7 @@ import ray
 
 from trainhub.adapters import sandbox
 from trainhub.adapters.dataset_cache import DatasetCache
+from trainhub.adapters.ray_executor.containment import Containment
 from trainhub.adapters.ray_executor.disk_usage import DiskMeter
 from trainhub.adapters.ray_executor.gpus import gpu_view
 from trainhub.adapters.ray_executor.node_datasets import (
@@ -47,6 +48,7 @@ from trainhub.adapters.ray_executor.node_datasets import (
 )
 from trainhub.adapters.ray_executor.trial_uids import trial_uid
 from trainhub.core import limits
+from trainhub.core.isolation import NodeIsolation, TrialResources
 
 ENV_NODE_WORK_DIR = "TRAINHUB_NODE_WORK_DIR"  # set on a node to choose where attempts unpack
 SPOOL_ENV = "TRAINHUB_SPOOL_DIR"  # the same name as trainhub.runtime.protocol.ENV_SPOOL_DIR
@@ -115,6 +117,9 @@ class RankSpec:
     environment_dir: str | None = None  # the trial's venv over the base (read-only; ADR 0026)
     dataset_cache_dir: str | None = None  # the node's dataset cache (default: work dir/datasets)
     dataset_cache_bytes: int | None = None  # its size cap (least recently used go first)
+    # what the rank's isolation profile is computed from (core/isolation.py), sandboxed ranks
+    resources: TrialResources | None = None
+    isolation: NodeIsolation | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +175,7 @@ class RankWorker:
             limits.MAX_DISK_MEASURE_ENTRIES,
         )
         self._measured_at_exit = False
+        self._containment: Containment | None = None  # cgroup, network, seccomp (sandboxed)
         # The thread that forks the user's process must outlive it: PR_SET_PDEATHSIG fires when
         # the forking *thread* ends. It therefore waits for the process too.
         self._thread = threading.Thread(
@@ -236,9 +242,13 @@ class RankWorker:
         if self._cache is not None:
             for mount in self._datasets:
                 self._cache.release(mount.held)
+        last_on_node = False
         with contextlib.suppress(OSError):
             if not any(p.name.startswith("rank") for p in self._attempt_dir.iterdir()):
                 shutil.rmtree(self._attempt_dir, ignore_errors=True)
+                last_on_node = True
+        if self._containment is not None:
+            self._containment.remove(last_on_node=last_on_node)
 
     # --- the start thread ---
 
@@ -260,6 +270,7 @@ class RankWorker:
                     self._finish_locked(-signal.SIGTERM, "terminated before it started")
                     return
                 parent = os.getpid()
+                contained = self._containment
                 self._proc = subprocess.Popen(
                     argv,
                     cwd=cwd,
@@ -268,9 +279,12 @@ class RankWorker:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its own process group: signals reach the tree
-                    preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509
+                    preexec_fn=lambda: _prepare_child(parent, contained),  # noqa: PLW1509
+                    pass_fds=contained.pass_fds() if contained else (),
                 )
                 self._phase = RUNNING
+                if contained is not None:
+                    contained.started()
         except OSError as exc:
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             self._finish(code, f"could not start {spec.argv[0]!r}: {exc}")
@@ -279,8 +293,11 @@ class RankWorker:
         finally:
             log.close()
         code = self._proc.wait()
+        why = self._containment.exit_reason(spec.rank) if self._containment else None
         with self._lock:
             self._phase, self._exit_code = EXITED, code
+            if why and code != 0:
+                self._finish_locked(code, why)
         self._after_exit(code)
 
     def _prepare_datasets(self) -> None:
@@ -383,6 +400,17 @@ class RankWorker:
         ]
         devices = sandbox.gpu_devices() if self._gpu_ids else ()
         plan = sandbox.SandboxPlan(tuple(mounts), paths["code"], uid, devices)
+        if spec.resources is not None and spec.isolation is not None:
+            self._containment = Containment.prepare(
+                self._attempt_id(),
+                ray.get_runtime_context().get_actor_id() or f"{os.getpid()}",
+                spec.rank,
+                spec.resources,
+                spec.isolation,
+                num_nodes=len(set(nodes)),
+                env=env,
+            )
+            plan = self._containment.sandbox_plan(plan)
         return sandbox.bwrap_argv(bwrap, plan, spec.argv), env, code_dir
 
     def _torchrun_variables(self, nodes: list[str]) -> dict[str, str]:
@@ -432,6 +460,13 @@ class RankWorker:
                 if time.monotonic() > deadline or self._stopping:
                     raise
                 time.sleep(0.05)
+
+    def _attempt_id(self) -> str:
+        """Unique on the node: the placement group's id (ranks of one attempt share it)."""
+        from ray.util.placement_group import get_current_placement_group
+
+        pg = get_current_placement_group()
+        return pg.id.hex() if pg is not None else f"{self._spec.attempt_key}-{os.getpid()}"
 
     def _rank_nodes(self) -> list[str]:
         """The node id of every rank of the attempt (rank i runs in bundle i)."""
@@ -510,6 +545,13 @@ def _chown_tree(root: Path, uid: int) -> None:
     for folder, dirs, files in os.walk(root):
         for name in dirs + files:
             os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
+
+
+def _prepare_child(parent_pid: int, containment: Containment | None) -> None:
+    """In the forked child, before exec: die with the actor, enter the rank's cgroup and network."""
+    _die_with_parent(parent_pid)
+    if containment is not None:
+        containment.enter()
 
 
 def _die_with_parent(parent_pid: int) -> None:
