@@ -74,6 +74,9 @@ class Settings:
     # used are removed (None: no bound)
     env_cache: Path | None = None
     env_cache_gb: float | None = None
+    # warm pool (ADR 0028): idle processes with torch imported kept per node to start ranks
+    # from; they hold no slot; used by sandbox-free ranks on the base environment; 0: none
+    warm_pool_size: int = 2
 
     @property
     def database_url(self) -> str:
@@ -210,6 +213,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         checkpoint_root=str(settings.storage_root),
         data_dir=str(settings.data_dir) if settings.data_dir else None,
         denied=tuple(str(p) for p in denied),
+        warm_pool_size=settings.warm_pool_size,
     )
     clock = system_clock
     config = LoopConfig(

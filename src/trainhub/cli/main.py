@@ -227,6 +227,17 @@ def server(
             "node monitoring off (docs/monitoring.md).",
         ),
     ] = 5.0,
+    warm_pool_size: Annotated[
+        int,
+        typer.Option(
+            envvar="TRAINHUB_WARM_POOL_SIZE",
+            min=0,
+            max=64,
+            help="Idle processes with torch imported kept on each node to start ranks from "
+            "(they hold no slot); used for unsandboxed trials on the base environment; 0 "
+            "turns the pool off (docs/adr/0028).",
+        ),
+    ] = 2,
 ) -> None:
     """Run the control plane (API and scheduler) until interrupted.
 
@@ -254,6 +265,7 @@ def server(
         monitor_interval_s=monitor_interval_s,
         env_cache=env_cache.expanduser().resolve() if env_cache else None,
         env_cache_gb=env_cache_gb,
+        warm_pool_size=warm_pool_size,
     )
     if home is not None:
         settings = dataclasses.replace(settings, home=home.expanduser().resolve())

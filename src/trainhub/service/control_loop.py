@@ -731,6 +731,8 @@ class ControlLoop:
         if distill:
             env[protocol.ENV_DISTILL] = json.dumps(distill)
         context = self.store.get(started.context_key) if started.context_key else b""
+        # where the attempt's start goes: the rank adds its marks (trainhub.core.startup)
+        env[protocol.ENV_STARTUP_MARKS] = json.dumps({"launched_at": self.clock()})
         launch = AttemptLaunch(
             attempt_key=attempt.key,
             trial_id=trial.id,

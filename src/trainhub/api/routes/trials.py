@@ -22,6 +22,7 @@ from trainhub.api.schemas import (
     MetricPointPublic,
     MetricsPublic,
     SignalsPublic,
+    StartupBody,
     TrialDetailPublic,
     TrialPublic,
 )
@@ -72,6 +73,16 @@ async def report_metrics(
         [(p["step"], p["values"]) for p in batch.get("points", [])],
         progress.model_dump() if progress else None,
     )
+    return Response(status_code=204)
+
+
+@router.post("/{trial_id}/startup", status_code=204, responses=errors(404, 409))
+def report_startup(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId, body: StartupBody
+) -> Response:
+    """Rank 0's startup marks of one attempt (the trial's own token), sent once after its first
+    optimizer step; they become the attempt's startup phases (``trainhub show``)."""
+    services.tracking.record_startup(principal, trial_id, body.attempt, body.marks, body.warm)
     return Response(status_code=204)
 
 
