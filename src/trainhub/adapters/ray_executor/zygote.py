@@ -193,10 +193,12 @@ def _refusal(request: bytes) -> str | None:
 def _warm_imports() -> None:
     """What every rank would import first; nothing that starts a thread or touches CUDA."""
     import torch
+    import torch._dynamo  # DistributedDataParallel imports it when first built
     import torch.distributed
     import torch.nn.parallel  # noqa: F401
 
-    import trainhub.runtime.context  # noqa: F401
+    import trainhub.runtime.context
+    import trainhub.runtime.distributed.strategies  # noqa: F401  (ctx.prepare_model's)
 
 
 def _child(channel: socket.socket, zygote: _Zygote) -> None:
