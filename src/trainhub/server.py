@@ -76,7 +76,8 @@ class Settings:
     env_cache_gb: float | None = None
     # warm pool (ADR 0028): idle processes with torch imported kept per node to start ranks
     # from; they hold no slot; used by sandbox-free ranks on the base environment; 0: none
-    warm_pool_size: int = 2
+    # (the default until node monitoring sees warm ranks: ADR 0028)
+    warm_pool_size: int = 0
 
     @property
     def database_url(self) -> str:

@@ -237,7 +237,7 @@ def server(
             "(they hold no slot); used for unsandboxed trials on the base environment; 0 "
             "turns the pool off (docs/adr/0028).",
         ),
-    ] = 2,
+    ] = 0,
 ) -> None:
     """Run the control plane (API and scheduler) until interrupted.
 
