@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,19 @@ def test_what_the_pool_must_not_serve() -> None:
 def test_a_sandboxed_executor_runs_no_pool(ray_address: str) -> None:
     executor = RayExecutor(ray_address, namespace=TEST_NAMESPACE, sandbox="bwrap", warm_pool_size=4)
     assert executor.warm_pool_size == 0
+
+
+def test_a_warm_rank_is_terminated_like_a_cold_one(warm_executor: RayExecutor) -> None:
+    sleeper = "import os, time\nprint('PID', os.getpid(), flush=True)\ntime.sleep(300)\n"
+    attempt = replace(
+        launch(warm_executor, 106), context_archive=make_context({"probe.py": sleeper})
+    )
+    warm_executor.launch(attempt)
+    try:
+        watch = Watch(warm_executor, attempt.attempt_key)
+        watch.until(lambda s: all("PID" in watch.text(r) for r in (0, 1)), timeout_s=120)
+        warm_executor.terminate(attempt.attempt_key, grace_s=2.0)
+        status = watch.until_phase(AttemptPhase.EXITED, timeout_s=60)
+        assert all(r.exit_code is not None and r.exit_code < 0 for r in status.ranks), status
+    finally:
+        warm_executor.release(attempt.attempt_key)
