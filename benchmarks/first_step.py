@@ -10,7 +10,9 @@ wall clock of the whole run.
 
 Both arms run in the same run on the same Ray instance, one after the other: ``cold`` with
 the warm pool off (``warm_pool_size=0``, today's path), then ``warm`` with it on. A warm-up
-trial before each arm is not counted (page cache, Ray's first worker processes).
+trial before each arm is not counted (page cache, Ray's first worker processes). The pool
+serves unsandboxed ranks only (ADR 0028), so ``--sandbox`` defaults to ``none``; with
+``--sandbox auto``/``bwrap`` both arms start cold (``warm_ranks`` says how many were warm).
 
     HOME=$(mktemp -d) .venv/bin/python benchmarks/first_step.py [--trials 20] [--cold-trials 10]
 """
@@ -117,7 +119,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20, help="warm trials")
     parser.add_argument("--cold-trials", type=int, default=10)
     parser.add_argument("--pool", type=int, default=2, help="warm pool size per node")
-    parser.add_argument("--sandbox", default="auto", help="auto | bwrap | none")
+    parser.add_argument(
+        "--sandbox",
+        default="none",
+        help="none (default: the warm pool serves only unsandboxed ranks, ADR 0028) | auto | bwrap",
+    )
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="trainhub-first-step-"))
     code = home / "code"
