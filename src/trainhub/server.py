@@ -91,6 +91,10 @@ class Settings:
     max_log_bytes_per_trial: int = limits.DEFAULT_MAX_LOG_BYTES_PER_TRIAL
     max_metric_points_per_minute: int = limits.MAX_METRIC_POINTS_PER_MINUTE
     max_metric_points_per_trial: int = limits.MAX_METRIC_POINTS_PER_TRIAL
+    # warm pool (ADR 0028): idle processes with torch imported kept per node to start ranks
+    # from; they hold no slot; used by sandbox-free ranks on the base environment; 0: none
+    # (the default until node monitoring sees warm ranks: ADR 0028)
+    warm_pool_size: int = 0
 
     @property
     def database_url(self) -> str:
@@ -282,6 +286,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         dataset_cache_dir=str(settings.dataset_cache_dir) if settings.dataset_cache_dir else None,
         dataset_cache_gb=settings.dataset_cache_gb,
         isolation=isolation,
+        warm_pool_size=settings.warm_pool_size,
     )
     clock = system_clock
     config = LoopConfig(

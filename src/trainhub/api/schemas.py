@@ -327,6 +327,17 @@ class MetricsPublic(BaseModel):
     count: int
 
 
+class StartupBody(BaseModel):
+    """Rank 0's startup marks of one attempt (trainhub.runtime.protocol.StartupReport)."""
+
+    model_config = ConfigDict(extra="forbid")
+    attempt: int = Field(ge=1, le=limits.INT64_MAX, description="the attempt number")
+    marks: dict[Annotated[str, Field(max_length=32)], float] = Field(
+        max_length=16, description="mark name -> epoch seconds (trainhub.core.startup.MARKS)"
+    )
+    warm: bool = Field(default=False, description="the rank came from the warm pool")
+
+
 class SignalsPublic(BaseModel):
     should_stop: bool
     reason: str | None

@@ -280,6 +280,17 @@ def server(
             "sandboxed ranks, docs/security.md).",
         ),
     ] = 512,
+    warm_pool_size: Annotated[
+        int,
+        typer.Option(
+            envvar="TRAINHUB_WARM_POOL_SIZE",
+            min=0,
+            max=64,
+            help="Idle processes with torch imported kept on each node to start ranks from "
+            "(they hold no slot); used for unsandboxed trials on the base environment; 0 "
+            "turns the pool off (docs/adr/0028).",
+        ),
+    ] = 0,
 ) -> None:
     """Run the control plane (API and scheduler) until interrupted.
 
@@ -309,6 +320,7 @@ def server(
         env_cache=env_cache.expanduser().resolve() if env_cache else None,
         env_cache_gb=env_cache_gb,
         pids_per_rank=pids_per_rank,
+        warm_pool_size=warm_pool_size,
     )
     if home is not None:
         settings = dataclasses.replace(settings, home=home.expanduser().resolve())

@@ -430,6 +430,11 @@ def trial_view(t: JSON, now: float | None = None) -> RenderableType:
         parts += [Text(""), alerts_table(t["alerts"])]
     if t.get("attempts"):
         parts += [Text(""), attempts_table(t["attempts"], now)]
+    from trainhub.cli.startup import startup_table
+
+    startup = startup_table(t.get("events") or [])
+    if startup is not None:
+        parts += [Text(""), startup]
     if t.get("checkpoints"):
         parts += [Text(""), checkpoints_table(t["checkpoints"])]
     if t.get("events"):

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import math
 import operator
+import os
 import signal
 import sys
 import tempfile
@@ -48,6 +49,7 @@ from trainhub.runtime.process_group import (
     select_device,
 )
 from trainhub.runtime.signals import SignalPoller
+from trainhub.runtime.startup import StartupMarks
 from trainhub.runtime.transport import Backoff, ControlPlaneClient
 
 if TYPE_CHECKING:
@@ -144,6 +146,7 @@ class Context:
         self._env = env
         self._options = options
         self._hparams = hparams
+        self._startup = _startup_marks(env)
         self._device = select_device(env.local_rank, env.local_world_size)
         self._owns_process_group = ensure_process_group(
             rank=env.rank, world_size=env.world_size, device=self._device
@@ -153,6 +156,7 @@ class Context:
                 f"WORLD_SIZE={env.world_size} but the existing process group has "
                 f"{dist.get_world_size()} ranks"
             )
+        self._startup.process_group_ready()
         self._stopped = False
         self._stop_reason: str | None = None
         self._prepared: PreparedModel | None = None
@@ -658,6 +662,7 @@ class Context:
                     watch.flush()
                 except Exception:  # a broken watch must not cost the other metrics
                     logger.exception("trainhub: a layer watch could not ship its last sample")
+            self._startup.close()
             samples_delivered = (
                 self._sample_tracker.close(timeout) if self._sample_tracker is not None else True
             )
@@ -898,3 +903,19 @@ def _as_step(step: object) -> int:
     if value < 0:
         raise ValueError(f"step must be >= 0, got {value}")
     return value
+
+
+def _startup_marks(env: LaunchEnv) -> StartupMarks:
+    """Rank 0 of a managed trial sends its startup marks; other ranks only keep them."""
+    send = None
+    if env.rank == 0 and env.api_url is not None and env.trial_id is not None:
+        api_url, trial_id, token = env.api_url, env.trial_id, env.token
+
+        def send(report: protocol.StartupReport) -> None:
+            client = ControlPlaneClient(api_url, token, trial_id, timeout_s=5.0)
+            try:
+                client.post_startup(report)
+            finally:
+                client.close()
+
+    return StartupMarks(env.attempt, send, os.environ.get(protocol.ENV_STARTUP_MARKS))

@@ -29,6 +29,9 @@ ENV_SAMPLE_FILTER = "TRAINHUB_SAMPLE_FILTER"
 # the searcher's metric of a search or PBT trial: after a report that holds it, rank 0's next
 # should_stop() waits (briefly) for the reply to that report, which carries the prune decision
 ENV_SEARCHER_METRIC = "TRAINHUB_SEARCHER_METRIC"
+# JSON {"launched_at": t, "actor_at": t, "spawned_at": t, "warm": bool}: when the control plane
+# handed the attempt over, when the rank's actor ran and spawned the rank (trainhub.core.startup)
+ENV_STARTUP_MARKS = "TRAINHUB_STARTUP_MARKS"
 
 # exit code of a rank that found the spec and the script at odds (a model.freeze pattern that
 # matches no layer, a shape mismatch outside model.reset, a distill hint naming no layer): another
@@ -79,6 +82,12 @@ def init_weights_path(trial_id: int) -> str:
     """GET the weights the trial starts from (the checkpoint file its ``model.init_from``
     names); read by ``ctx.init_model``."""
     return f"{API_PREFIX}/trials/{trial_id}/init-weights"
+
+
+def startup_path(trial_id: int) -> str:
+    """POST a :class:`StartupReport` (rank 0, once per attempt, after its first optimizer
+    step); 204. The control plane turns it into the attempt's startup phases."""
+    return f"{API_PREFIX}/trials/{trial_id}/startup"
 
 
 def samples_path(trial_id: int) -> str:
@@ -156,3 +165,13 @@ def profile_rank_path(trial_id: int, profile_id: int, rank: int) -> str:
     """POST ``{"top_ops": [{"name", "calls", "self_cpu_ms", ...}]}``: one rank's table; then
     PUT ``.../trace`` with the gzip-compressed Chrome trace as the raw body."""
     return f"{API_PREFIX}/trials/{trial_id}/profiles/{profile_id}/ranks/{rank}"
+
+
+class StartupReport(TypedDict):
+    """Body of :func:`startup_path`: wall-clock timestamps (seconds since the epoch) of the
+    marks of :data:`trainhub.core.startup.RANK_MARKS` this rank saw, and whether it came from a
+    warm pool."""
+
+    attempt: int
+    marks: dict[str, float]
+    warm: bool

@@ -98,6 +98,18 @@ class ControlPlaneClient:
             return None
         return _signals(_json(response, "POST metrics"), "POST metrics")
 
+    def post_startup(self, report: protocol.StartupReport) -> None:
+        body = json.dumps(report, separators=(",", ":")).encode()
+        response = _send(
+            lambda: self._http.post(
+                protocol.startup_path(self._trial_id),
+                content=body,
+                headers={"Content-Type": "application/json"},
+                timeout=self._timeout(None),
+            )
+        )
+        _check(response, "POST startup")
+
     def post_sample_records(
         self, batch: protocol.SampleRecordsBatch, budget_s: float | None = None
     ) -> None:

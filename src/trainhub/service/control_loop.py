@@ -829,6 +829,8 @@ class ControlLoop:
         if raw.get("data"):  # the node fetches and mounts them (ray_executor/node_datasets.py)
             env["TRAINHUB_DATASETS"] = json.dumps(raw["data"])
         context = self.store.get(started.context_key) if started.context_key else b""
+        # where the attempt's start goes: the rank adds its marks (trainhub.core.startup)
+        env[protocol.ENV_STARTUP_MARKS] = json.dumps({"launched_at": self.clock()})
         launch = AttemptLaunch(
             attempt_key=attempt.key,
             trial_id=trial.id,

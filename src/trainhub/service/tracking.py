@@ -39,6 +39,7 @@ from trainhub.service.records import (
     TrialUpdate,
 )
 from trainhub.service.repository import Repository, UnitOfWork
+from trainhub.service.startup import check_rank_marks, record_startup
 
 MAX_LOG_CHUNK_BYTES = 1024 * 1024
 _METRIC_NAME = re.compile(limits.METRIC_NAME_PATTERN)
@@ -384,6 +385,21 @@ class TrackingService:
                 "less often (an admin sets the cap)",
                 retry_after_s=wait_s,
             )
+
+    def record_startup(
+        self,
+        principal: Principal,
+        trial_id: int,
+        attempt: int,
+        marks: Mapping[str, object],
+        warm: bool,
+    ) -> None:
+        """Record rank 0's startup marks of one attempt as its startup phases (trial token)."""
+        checked = check_rank_marks(marks)
+        now = self.clock()
+        with self.uow() as repo:
+            trial = _writable_trial(repo, principal, trial_id, attempt, "startup marks", now)
+            record_startup(repo, trial, repo.list_attempts(trial_id), attempt, checked, warm, now)
 
     def record_metrics(
         self,

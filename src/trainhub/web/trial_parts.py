@@ -12,6 +12,7 @@ from trainhub.core.step_timing import split_metrics, step_timing
 from trainhub.service.experiments import TrialDetail
 from trainhub.service.records import Attempt, Trial
 from trainhub.web.site import templates
+from trainhub.web.startup import startup_context
 
 MIN_BAR_PCT = 0.6  # an attempt of a few seconds in a day-long trial still shows
 
@@ -88,6 +89,7 @@ def parts_context(
         "timing": step_timing(profiling),
         "timing_step": (trial.latest_metrics or {}).get("step"),
         "alerts": detail.alerts,
+        **startup_context(detail.events),
     }
 
 

@@ -31,6 +31,7 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from trainhub.adapters.ray_executor import warm_pool
 from trainhub.adapters.ray_executor.rank_worker import (
     EXITED,
     RUNNING,
@@ -134,6 +135,7 @@ class RayExecutor:
         dataset_cache_dir: str | None = None,
         dataset_cache_gb: float | None = None,
         isolation: NodeIsolation | None = None,
+        warm_pool_size: int = 0,
     ) -> None:
         if sandbox not in ("bwrap", "none"):
             raise ValueError(f"sandbox must be 'bwrap' or 'none' (resolve 'auto' first): {sandbox}")
@@ -153,6 +155,20 @@ class RayExecutor:
         self._attempts: dict[str, _Attempt] = {}
         self._lock = threading.RLock()
         self._connection = connect(address, namespace)
+        self.warm_pool_size = warm_pool_size if sandbox == "none" else 0
+        self._warm_nodes: frozenset[str] = frozenset()
+        self._ensure_warm_pools()
+
+    def _ensure_warm_pools(self) -> None:
+        """A warm pool on every node (warm_pool.py); only a sandbox-free executor uses one."""
+        nodes = frozenset(n["NodeID"] for n in _ray_nodes() if n.get("Alive"))
+        if nodes == self._warm_nodes:
+            return
+        try:
+            warm_pool.ensure_pools(self.namespace, self._node_work_dir, self.warm_pool_size)
+            self._warm_nodes = nodes
+        except Exception:  # the pool only speeds starts up: ranks start cold without it
+            logger.exception("could not start the warm pools")
 
     def _connected(self) -> None:
         connection = connect(self.address, self.namespace)
@@ -235,6 +251,8 @@ class RayExecutor:
         key = launch.attempt_key
         with self._lock:
             self._connected()
+            if self.warm_pool_size:
+                self._ensure_warm_pools()  # a node that joined since gets its pool
             cached = self._attempts.pop(key, None)  # trust Ray, not a cache another may outdate
             if self._find_pg(key) is not None or self._actor(key, 0, None) is not None:
                 if cached is not None:

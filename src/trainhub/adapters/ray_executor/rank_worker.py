@@ -35,6 +35,7 @@ import ray
 
 from trainhub.adapters import sandbox
 from trainhub.adapters.dataset_cache import DatasetCache
+from trainhub.adapters.ray_executor import warm_pool
 from trainhub.adapters.ray_executor.containment import Containment
 from trainhub.adapters.ray_executor.disk_usage import DiskMeter
 from trainhub.adapters.ray_executor.gpus import gpu_view
@@ -58,6 +59,7 @@ CHECKPOINT_ENV = "TRAINHUB_CHECKPOINT_DIR"
 DATA_ENV = "TRAINHUB_DATA_DIR"  # the datasets folder (read-only), as trainhub.data reads it
 SPOOL_TARGET = f"{sandbox.TRIAL_ROOT}/spool"
 LOG_NAME = "output.log"
+STARTUP_ENV = "TRAINHUB_STARTUP_MARKS"  # trainhub.runtime.protocol.ENV_STARTUP_MARKS
 
 # lifecycle of the rank inside the actor; the executor maps them onto RankPhase
 WAITING = "waiting"  # constructor ran, start thread not yet past rendezvous and unpacking
@@ -142,12 +144,13 @@ class RankWorker:
     """Runs, watches, signals and cleans up the process tree of one rank."""
 
     def __init__(self, spec: RankSpec, context_archive: bytes) -> None:
+        self._actor_at = time.time()  # startup mark: the rank's actor runs (core/startup.py)
         self._spec = spec
         self._lock = threading.Lock()
         self._phase = WAITING
         self._exit_code: int | None = None
         self._detail = ""
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | warm_pool.WarmProcess | None = None
         self._stopping = False  # terminate/cleanup asked: do not start, do not fail fast
         self._tree: dict[int, psutil.Process] = {}  # descendants seen; safe from pid reuse
         self._node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
@@ -259,6 +262,8 @@ class RankWorker:
             _unpack(context_archive, code_dir)
             self._prepare_datasets()
             argv, env, cwd = self._command(code_dir)
+            launched = env.get(STARTUP_ENV)
+            env[STARTUP_ENV] = startup_marks(launched, self._actor_at)
         except Exception as exc:
             self._finish(1, f"could not prepare rank {spec.rank}: {exc!r}")
             self._after_exit(1)
@@ -271,17 +276,19 @@ class RankWorker:
                     return
                 parent = os.getpid()
                 contained = self._containment
-                self._proc = subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group: signals reach the tree
-                    preexec_fn=lambda: _prepare_child(parent, contained),  # noqa: PLW1509
-                    pass_fds=contained.pass_fds() if contained else (),
-                )
+                self._proc = self._start_warm(argv, env, cwd, launched)
+                if self._proc is None:
+                    self._proc = subprocess.Popen(
+                        argv,
+                        cwd=cwd,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,  # its own process group: signals reach the tree
+                        preexec_fn=lambda: _prepare_child(parent, contained),  # noqa: PLW1509
+                        pass_fds=contained.pass_fds() if contained else (),
+                    )
                 self._phase = RUNNING
                 if contained is not None:
                     contained.started()
@@ -311,6 +318,17 @@ class RankWorker:
         with self._log_path.open("ab") as log:
             for line in describe(self._datasets):
                 log.write(f"[trainhub] {line}\n".encode())
+
+    def _start_warm(
+        self, argv: list[str], env: dict[str, str], cwd: Path, launched: str | None
+    ) -> warm_pool.WarmProcess | None:
+        """The rank from the node's warm pool, when it may come from there (warm_pool.py)."""
+        spec = self._spec
+        if warm_pool.cold_reason(argv, spec.sandbox, spec.environment_dir) is not None:
+            return None
+        warm_env = {**env, STARTUP_ENV: startup_marks(launched, self._actor_at, warm=True)}
+        path = warm_pool.socket_path(self._attempt_dir.parent)
+        return warm_pool.spawn(path, argv, warm_env, cwd, self._log_path, STARTUP_ENV)
 
     def _after_exit(self, code: int) -> None:
         """A rank failed: the gang cannot finish, so stop the others (torchrun does the same)."""
@@ -529,6 +547,18 @@ class RankWorker:
                 return log.read(max_bytes)
         except OSError:
             return b""
+
+
+def startup_marks(launched: str | None, actor_at: float, **extra: object) -> str:
+    """The control plane's startup marks plus the actor's (when it ran, when it spawned)."""
+    try:
+        marks = json.loads(launched) if launched else {}
+    except json.JSONDecodeError:
+        marks = {}
+    if not isinstance(marks, dict):
+        marks = {}
+    marks.update(actor_at=actor_at, spawned_at=time.time(), **extra)
+    return json.dumps(marks)
 
 
 def _unpack(archive: bytes, target: Path) -> None:

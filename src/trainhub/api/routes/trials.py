@@ -22,6 +22,7 @@ from trainhub.api.schemas import (
     MetricPointPublic,
     MetricsPublic,
     SignalsPublic,
+    StartupBody,
     TrialDetailPublic,
     TrialPublic,
 )
@@ -75,6 +76,16 @@ async def report_metrics(
         progress.model_dump() if progress else None,
     )
     return SignalsPublic(should_stop=stop, reason=reason)
+
+
+@router.post("/{trial_id}/startup", status_code=204, responses=errors(404, 409))
+def report_startup(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId, body: StartupBody
+) -> Response:
+    """Rank 0's startup marks of one attempt (the trial's own token), sent once after its first
+    optimizer step; they become the attempt's startup phases (``trainhub show``)."""
+    services.tracking.record_startup(principal, trial_id, body.attempt, body.marks, body.warm)
+    return Response(status_code=204)
 
 
 @router.get("/{trial_id}/metrics", response_model=MetricsPublic, responses=errors(404))

@@ -20,12 +20,6 @@ from torch.distributed.algorithms.model_averaging.averagers import (
     PeriodicModelAverager,
 )
 
-with warnings.catch_warnings():
-    # importing torch.distributed.optim scripts its functional optimizers with the deprecated
-    # torch.jit.script; nothing we call uses them, and tests turn warnings into errors
-    warnings.filterwarnings("ignore", r"`torch.jit.\w+` is deprecated", DeprecationWarning)
-    from torch.distributed.optim import PostLocalSGDOptimizer
-
 from trainhub.runtime.distributed.comm_meter import CommMeter
 
 
@@ -113,5 +107,14 @@ def wrap_local_sgd_optimizer(
     optimizer: torch.optim.Optimizer, averager: ModelAverager
 ) -> torch.optim.Optimizer:
     """The optimizer every rank steps: its own step, then (every ``period`` steps) averaging."""
+    # imported here, not with the module: torch.distributed.optim pulls in FSDP and DTensor,
+    # seconds of every DDP rank's start (benchmarks/first_step.py) that only localsgd needs
+    with warnings.catch_warnings():
+        # importing torch.distributed.optim scripts its functional optimizers with the
+        # deprecated torch.jit.script; nothing we call uses them, and tests turn warnings
+        # into errors
+        warnings.filterwarnings("ignore", r"`torch.jit.\w+` is deprecated", DeprecationWarning)
+        from torch.distributed.optim import PostLocalSGDOptimizer
+
     wrapped: torch.optim.Optimizer = PostLocalSGDOptimizer(optim=optimizer, averager=averager)
     return wrapped

@@ -1,0 +1,238 @@
+"""The warm pool: ranks started from a node's zygote (zygote.py) instead of a new interpreter.
+
+The executor keeps one pool actor per node (:func:`ensure_pools`): a Ray actor that asks for no
+resource at all (``num_cpus=0``, no placement group), so it never holds a slot, and runs the
+node's zygote. A rank's actor (rank_worker.py) asks the zygote for a rank with :func:`spawn`
+when :func:`cold_reason` finds nothing against it, and starts the rank cold otherwise:
+
+- the trial runs in a sandbox: bwrap builds a rank's view of the filesystem by exec'ing it, and
+  a process forked from a zygote cannot enter that view afterwards (ADR 0028);
+- the trial has its own environment (a venv over the base): the zygote imported the base's
+  packages, which the environment may replace;
+- the entrypoint is not ``python SCRIPT.py ...`` on the node's interpreter (``torchrun``,
+  ``python -m``, interpreter flags, another program).
+
+The pool's size (``warm_pool_size``, per node) is how many forked, idle processes the zygote
+keeps ready; 0 runs no zygote (and stops the pools an earlier control plane started).
+
+This module is imported inside Ray worker processes: standard library and ray only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+SOCKET_NAME = "warm-pool.sock"
+ACTOR_PREFIX = "warm-pool-"
+_CONNECT_TIMEOUT_S = 2.0
+_MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
+
+
+def socket_path(attempts_root: Path) -> Path:
+    """Where the zygote of a node listens: beside the attempts of its namespace."""
+    return attempts_root / SOCKET_NAME
+
+
+def cold_reason(argv: Sequence[str], sandbox_mode: str, environment_dir: str | None) -> str | None:
+    """Why this rank must start cold, or None when the warm pool may start it."""
+    if sandbox_mode != "none":
+        return f"the rank runs in a {sandbox_mode} sandbox"
+    if environment_dir:
+        return "the trial has its own environment"
+    if len(argv) < 2 or os.path.basename(argv[0]) not in ("python", "python3"):
+        return "the entrypoint is not `python SCRIPT.py`"
+    if argv[1].startswith("-") or not argv[1].endswith(".py"):
+        return "the entrypoint is not `python SCRIPT.py`"
+    return None
+
+
+class WarmProcess:
+    """A rank forked by the zygote, as much of :class:`subprocess.Popen` as a rank actor uses:
+    ``pid``, ``returncode``, ``poll()`` and ``wait()`` (the zygote reports the exit code on the
+    connection; closing it kills the rank)."""
+
+    def __init__(self, conn: socket.socket, pid: int) -> None:
+        self._conn = conn
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        self._conn.settimeout(None)
+        reply = _read_reply(self._conn)
+        with contextlib.suppress(OSError):
+            self._conn.close()
+        if reply is None or "exit" not in reply:
+            self.returncode = -signal.SIGKILL  # the zygote died, and its ranks with it
+        else:
+            self.returncode = int(reply["exit"])
+        return self.returncode
+
+
+def spawn(
+    path: Path,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    log_path: Path,
+    marks_env: str,
+) -> WarmProcess | None:
+    """Ask the node's zygote for this rank; None (start it cold) when there is none or it
+    refuses (it says why in the node's log)."""
+    if len(str(path)) > _MAX_SOCKET_PATH or not path.exists():
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(_CONNECT_TIMEOUT_S)
+    request = {
+        "argv": list(argv),
+        "env": dict(env),
+        "cwd": str(cwd),
+        "log": str(log_path),
+        "marks_env": marks_env,
+    }
+    try:
+        conn.connect(str(path))
+        conn.sendall(json.dumps(request).encode() + b"\n")
+        reply = _read_reply(conn)
+    except OSError as exc:
+        logger.info("warm pool at %s unavailable: %s", path, exc)
+        conn.close()
+        return None
+    if reply is None or "pid" not in reply:
+        logger.info("warm pool refused a rank: %s", (reply or {}).get("error", "no answer"))
+        conn.close()
+        return None
+    return WarmProcess(conn, int(reply["pid"]))
+
+
+def _read_reply(conn: socket.socket) -> dict[str, Any] | None:
+    data = b""
+    while not data.endswith(b"\n"):
+        try:
+            chunk = conn.recv(4096)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+    parsed = json.loads(data)
+    return parsed if isinstance(parsed, dict) else None
+
+
+class WarmPoolActor:
+    """Runs one node's zygote (as a child process that dies with the actor)."""
+
+    def __init__(self, node_work_dir: str | None, namespace: str, size: int) -> None:
+        from trainhub.adapters.ray_executor.rank_worker import node_work_root
+
+        self._path = socket_path(node_work_root(node_work_dir) / namespace)
+        path = str(self._path)
+        self._path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        log = (self._path.parent / "warm-pool.log").open("ab")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "trainhub.adapters.ray_executor.zygote", path, str(size)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
+        )
+        log.close()
+
+    def ready(self, timeout_s: float = 60.0) -> bool:
+        """True once the zygote listens (it imports torch first)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                return False
+            if self._path.exists():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def zygote_pid(self) -> int:
+        return self._proc.pid
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        with contextlib.suppress(FileNotFoundError):
+            self._path.unlink()
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+def ensure_pools(namespace: str, node_work_dir: str | None, size: int) -> list[Any]:
+    """A pool actor on every alive node (created where missing); none, and the old ones
+    stopped, when ``size`` is 0. Returns the actors' handles."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if size <= 0:
+        stop_pools(namespace)
+        return []
+    remote: Any = ray.remote(WarmPoolActor)
+    handles = []
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        if not node.get("Alive"):
+            continue
+        node_id = node["NodeID"]
+        handles.append(
+            remote.options(
+                name=f"{ACTOR_PREFIX}{node_id}",
+                namespace=namespace,
+                lifetime="detached",
+                get_if_exists=True,
+                num_cpus=0,
+                max_restarts=-1,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            ).remote(node_work_dir, namespace, size)
+        )
+    return handles
+
+
+def stop_pools(namespace: str) -> None:
+    """Stop every pool actor of the namespace (their zygotes and idle processes with them)."""
+    import ray
+
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry.get("namespace") != namespace or not entry["name"].startswith(ACTOR_PREFIX):
+            continue
+        with contextlib.suppress(Exception):
+            actor = ray.get_actor(entry["name"], namespace=namespace)
+            with contextlib.suppress(Exception):
+                ray.get(actor.stop.remote(), timeout=15)
+            ray.kill(actor, no_restart=True)
+
+
+def interpreter_matches(argv0: str, env: Mapping[str, str]) -> bool:
+    """``argv[0]`` on the rank's PATH is this interpreter (the zygote's)."""
+    found = shutil.which(argv0, path=env.get("PATH", ""))
+    return found is not None and os.path.realpath(found) == os.path.realpath(sys.executable)
