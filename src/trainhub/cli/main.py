@@ -109,10 +109,19 @@ def server(
         ),
     ] = None,
     storage: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             envvar="TRAINHUB_STORAGE",
-            help="Directory for contexts, logs and checkpoints; default: HOME/artifacts.",
+            help="Directory for contexts, logs and checkpoints, or s3://BUCKET/PREFIX "
+            "(credentials from the AWS variables or files; docs/storage.md); "
+            "default: HOME/artifacts.",
+        ),
+    ] = None,
+    s3_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TRAINHUB_S3_ENDPOINT",
+            help="URL of an S3-compatible server for --storage s3://...; default: AWS.",
         ),
     ] = None,
     host: Annotated[str, typer.Option(envvar="TRAINHUB_HOST")] = "127.0.0.1",
@@ -241,7 +250,11 @@ def server(
 
     settings = Settings(
         db_url=db,
-        storage=storage.expanduser().resolve() if storage else None,
+        storage=Path(storage).expanduser().resolve()
+        if storage and not storage.startswith("s3://")
+        else None,
+        storage_url=storage if storage and storage.startswith("s3://") else None,
+        s3_endpoint=s3_endpoint,
         ray_address=ray_address,
         host=host,
         port=port,
@@ -270,6 +283,8 @@ def server(
         settings = dataclasses.replace(settings, reclaim_patience=reclaim_patience)
     from sqlalchemy.exc import OperationalError
 
+    from trainhub.core.errors import StorageUnavailable
+
     try:
         serve(settings)
     except OperationalError as exc:
@@ -277,6 +292,8 @@ def server(
             f"cannot open the database {_redact(settings.database_url)}: {exc.orig or exc}",
             "check --db (postgresql://USER:PASSWORD@HOST:PORT/DB) and that the server runs",
         ) from None
+    except StorageUnavailable as exc:
+        raise fail(exc.message, exc.hint) from None
     except KeyboardInterrupt:
         pass
 
