@@ -102,11 +102,12 @@ def test_a_trial_checkpoints_restarts_and_restores_from_the_bucket(
     stored = sorted(k for k in keys if k.startswith(f"{tenant}/checkpoints/trial-{trial_id}/"))
     assert len(stored) == 2  # keep_latest: 2, retention deletes from the bucket too
     # ... counted as the bucket holds them (the bytes quotas and retention use)
-    kept = plane.request("GET", f"/trials/{trial_id}/checkpoints").json()
-    rows = kept["data"] if isinstance(kept, dict) else kept
-    assert sorted(keys[f"{prefix}/{c['storage_key']}"] for c in rows if "storage_key" in c) == (
-        sorted(keys[k] for k in stored) if rows and "storage_key" in rows[0] else []
-    )
+    kept = plane.request("GET", f"/trials/{trial_id}/checkpoints").json()["data"]
+    by_uuid = {k.rsplit("/", 1)[-1].removesuffix(".ckpt"): size for k, size in keys.items()}
+    assert {c["uuid"]: c["size_bytes"] for c in kept} == {
+        k.rsplit("/", 1)[-1].removesuffix(".ckpt"): keys[k] for k in stored
+    }
+    assert all(by_uuid[c["uuid"]] == c["size_bytes"] > 6_000_000 for c in kept)
     # ... and none of it in the server's home
     artifacts = plane.home / "artifacts"
     assert not artifacts.exists() or not any(p.is_file() for p in artifacts.rglob("*"))
