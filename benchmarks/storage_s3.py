@@ -32,7 +32,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
 from tests.fixtures.seaweedfs import SeaweedS3  # noqa: E402  (needs sys.path)
-from trainhub.adapters.storage.s3 import S3ArtifactStore  # noqa: E402
 
 MIB = 1 << 20
 

@@ -344,7 +344,8 @@ def serve(settings: Settings) -> None:
     database = make_url(settings.database_url).render_as_string(hide_password=True)
     print(
         f"trainhub control plane on {settings.api_url} (database {database}, "
-        f"artifacts {settings.storage_url or settings.storage_root}, Ray {plane.ray_address}, sandbox {plane.sandbox})",
+        f"artifacts {settings.storage_url or settings.storage_root}, "
+        f"Ray {plane.ray_address}, sandbox {plane.sandbox})",
         flush=True,
     )
     print(f"dashboard: {settings.api_url}/ui (log in with an API token)", flush=True)

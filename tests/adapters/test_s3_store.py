@@ -164,5 +164,6 @@ def test_server_start_on_an_unreachable_endpoint_fails_in_one_line(tmp_path: Pat
     )
     assert out.returncode != 0
     assert "Traceback" not in out.stderr
-    assert endpoint in out.stderr and "s3://bucket/prefix" in out.stderr, out.stderr
+    assert endpoint in out.stderr, out.stderr
+    assert "s3://bucket/prefix" in out.stderr, out.stderr
     assert time.monotonic() - started < 120

@@ -71,7 +71,9 @@ def _member_key(prefix: str, name: str) -> str:
     return f"{prefix.rstrip('/')}/{name}"
 
 
-def write_member(store: ArtifactStore, prefix: str, name: str, chunks: Iterable[bytes]) -> SetMember:
+def write_member(
+    store: ArtifactStore, prefix: str, name: str, chunks: Iterable[bytes]
+) -> SetMember:
     """Stream one member into the store, hashing it on the way (memory stays flat)."""
     digest = hashlib.sha256()
     writer = store.open_writer(_member_key(prefix, name))

@@ -200,9 +200,9 @@ def iter_ranges(
                     break
             while ahead:
                 chunk = ahead.popleft().result()
-                start = next(starts, None)
-                if start is not None:
-                    ahead.append(pool.submit(fetch, start))
+                following = next(starts, None)
+                if following is not None:
+                    ahead.append(pool.submit(fetch, following))
                 for at in range(0, len(chunk), chunk_bytes):
                     yield chunk[at : at + chunk_bytes]
         finally:
