@@ -65,10 +65,12 @@ def make_file(path: Path, size: int) -> None:
             out.write(block[: min(MIB, size - at)])
 
 
-def s3_checkpoint(seaweed: SeaweedS3, work: Path, size: int) -> dict[str, object]:
+def s3_checkpoint(
+    seaweed: SeaweedS3, work: Path, size: int, **store_options: int
+) -> dict[str, object]:
     source = work / "checkpoint.bin"
     make_file(source, size)
-    store = seaweed.store()
+    store = seaweed.store(**store_options)
     client = store.client
 
     started = time.monotonic()

@@ -19,7 +19,7 @@ from trainhub.core.errors import NotFound, StorageUnavailable
 from trainhub.service.ports import BlobInfo
 
 CHUNK_BYTES = 1 << 20
-RANGE_BYTES = 8 << 20  # one ranged GET of a parallel read
+RANGE_BYTES = 4 << 20  # one ranged GET of a parallel read
 MAX_ATTEMPTS = 6  # botocore's "standard" mode: exponential backoff with jitter, up to 20 s
 
 
