@@ -27,6 +27,7 @@ from trainhub.cli import (
     profile,
     scheduling,
     search,
+    storage,
 )
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, POLICY_NAMES, policy_help
 from trainhub.core.scheduling.fair_config import FairShareConfig
@@ -88,6 +89,7 @@ server_app = typer.Typer(
     no_args_is_help=False,
 )
 app.add_typer(server_app, name="server", rich_help_panel="Control plane")
+app.add_typer(storage.app, name="storage", rich_help_panel="Control plane")
 
 
 @server_app.callback(invoke_without_command=True)
