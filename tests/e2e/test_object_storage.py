@@ -4,11 +4,13 @@ A real server (``storage_url=s3://...``, as ``trainhub server --storage s3://BUC
 --s3-endpoint URL``) on the session's Ray head runs a trial that checkpoints, fails on
 purpose, is restarted and restores its checkpoint from the bucket. Its code archive, logs and
 checkpoints are objects in the bucket; the server's home holds none of them; the rank never
-sees the bucket's credentials.
+sees the bucket's credentials. The S3 server killed and restarted in the middle of a trial:
+its later checkpoints land, every registered one is whole, the control plane lives on.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,3 +113,54 @@ def test_a_trial_checkpoints_restarts_and_restores_from_the_bucket(
     # ... and none of it in the server's home
     artifacts = plane.home / "artifacts"
     assert not artifacts.exists() or not any(p.is_file() for p in artifacts.rglob("*"))
+
+
+STEADY = """\
+import time
+import trainhub
+
+ctx = trainhub.init()
+state = ctx.restore()
+start = 0 if state is None else state["step"] + 1
+for step in range(start, 16):
+    ctx.report(step=step, loss=1.0 / (step + 1))
+    ctx.save_checkpoint({"step": step, "weights": bytes(1_000_000)}, step=step)
+    print(f"saved step {step}", flush=True)
+    time.sleep(1.0)
+ctx.close(timeout_s=120)
+"""
+
+
+def test_the_s3_server_restarting_mid_trial_loses_nothing_visible(
+    s3_plane: tuple[ControlPlaneProcess, str], seaweed: SeaweedS3, tmp_path: Path
+) -> None:
+    plane, url = s3_plane
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "train.py").write_text(STEADY)
+    spec = SPEC.replace("s3-restore", "s3-outage").replace("max_restarts: 1", "max_restarts: 3")
+    trial_id = plane.submit(spec, context)["trials"][0]["id"]
+    plane.wait_for(
+        trial_id,
+        lambda t: len(t["checkpoints"]) >= 2,
+        timeout_s=180,
+        what="checkpointing",
+    )
+    seaweed.kill()
+    time.sleep(4)
+    seaweed.start()
+    trial = plane.wait_for(
+        trial_id, lambda t: t["state"] == "COMPLETED", timeout_s=300, what="COMPLETED"
+    )
+    assert plane.proc is not None
+    assert plane.proc.poll() is None  # the control plane lived
+    # every registered checkpoint is whole in the bucket; later ones landed after the restart
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    listed = seaweed.client().list_objects_v2(Bucket=bucket, Prefix=prefix + "/")
+    sizes = {o["Key"].rsplit("/", 1)[-1]: o["Size"] for o in listed.get("Contents", [])}
+    kept = plane.request("GET", f"/trials/{trial_id}/checkpoints").json()["data"]
+    assert kept
+    assert max(c["step"] for c in kept) == 15
+    for checkpoint in kept:
+        assert sizes[f"{checkpoint['uuid']}.ckpt"] == checkpoint["size_bytes"]
+    assert trial["latest_metrics"]["step"] == 15
