@@ -26,7 +26,7 @@ def blob(size: int, seed: int = 0) -> bytes:
 
 
 def open_uploads(store: S3ArtifactStore) -> list[str]:
-    found = store.client.list_multipart_uploads(Bucket=store.bucket)
+    found = store.client.list_multipart_uploads(Bucket=store.bucket, Prefix=store.prefix + "/")
     return [u["Key"] for u in found.get("Uploads", [])]
 
 
@@ -110,13 +110,11 @@ def test_an_upload_survives_a_server_restart(seaweed: SeaweedS3) -> None:
 
 
 def test_bad_credentials_are_one_clear_error(seaweed: SeaweedS3) -> None:
-    bucket = seaweed.new_bucket()
+    url = seaweed.new_url()
     saved = {k: os.environ.get(k) for k in seaweed.env}
     os.environ.update({**seaweed.env, "AWS_SECRET_ACCESS_KEY": "wrong"})
     try:
-        store = S3ArtifactStore(
-            f"s3://{bucket}/p", endpoint_url=seaweed.endpoint, client=None, concurrency=1
-        )
+        store = S3ArtifactStore(url, endpoint_url=seaweed.endpoint, client=None, concurrency=1)
         with pytest.raises(StorageUnavailable, match=seaweed.endpoint):
             store.check()
     finally:

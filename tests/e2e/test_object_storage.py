@@ -58,7 +58,7 @@ def s3_plane(
 ) -> Iterator[tuple[ControlPlaneProcess, str]]:
     home = tmp_path / "home"
     home.mkdir()
-    url = f"s3://{seaweed.new_bucket()}/cluster-a"
+    url = seaweed.new_url("cluster-a")
     plane = ControlPlaneProcess(
         home,
         ray_address,

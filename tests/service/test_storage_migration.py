@@ -39,7 +39,7 @@ def test_a_folder_moves_into_a_bucket_verified(seaweed: SeaweedS3, tmp_path: Pat
 
 def test_the_cli_migrates_and_says_how_to_switch(seaweed: SeaweedS3, tmp_path: Path) -> None:
     filled(tmp_path / "artifacts")
-    url = f"s3://{seaweed.new_bucket()}/cluster"
+    url = seaweed.new_url("cluster")
     out = subprocess.run(
         [
             str(Path(sys.executable).parent / "trainhub"),
