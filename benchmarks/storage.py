@@ -7,8 +7,9 @@ rank restores it with ``ctx.restore()``; then a user downloads it with the Pytho
 (benchmarks/api_server.py); its resident memory is sampled every 5 ms through all three.
 Prints one JSON line: ``{"benchmark": "storage", "checkpoint_gb", "peak_rss_growth_mb", ...}``
 (target: < 100 MB of growth for 2 GB). Needs about 4x the checkpoint in free disk space.
+Before it, the ``s3_checkpoint`` and ``s3_resume`` lines of benchmarks/storage_s3.py.
 
-    HOME=$(mktemp -d) .venv/bin/python benchmarks/storage.py [--checkpoint-gb 2]
+    HOME=$(mktemp -d) .venv/bin/python benchmarks/storage.py [--checkpoint-gb 2] [--only api|s3]
 """
 
 from __future__ import annotations
@@ -76,7 +77,18 @@ def run_rank(server: ApiServer, home: Path, mode: str, size: int, env: dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint-gb", type=float, default=2.0)
+    parser.add_argument(
+        "--only",
+        choices=["api", "s3"],
+        help="one part: the control plane's round trip (api) or a bucket's (s3, storage_s3.py)",
+    )
     args = parser.parse_args()
+    if args.only != "api":
+        from storage_s3 import run as run_s3
+
+        run_s3(args.checkpoint_gb)
+        if args.only == "s3":
+            return
     size = int(args.checkpoint_gb * 1e9)
     with (
         tempfile.TemporaryDirectory(prefix="trainhub-storage-") as tmp,

@@ -55,6 +55,10 @@ class Settings:
     home: Path = field(default_factory=default_home)
     db_url: str | None = None  # default: SQLite in home
     storage: Path | None = None  # default: home/artifacts
+    # an S3 bucket instead of a folder: s3://BUCKET/PREFIX (docs/storage.md), and its endpoint
+    # (an S3-compatible server; default: AWS). Credentials: the standard AWS variables/files.
+    storage_url: str | None = None
+    s3_endpoint: str | None = None
     ray_address: str | None = None  # default: a local Ray head started (once) for this home
     host: str = "127.0.0.1"
     port: int = 8080
@@ -241,7 +245,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         resolve_mode,
         sqlite_state_files,
     )
-    from trainhub.adapters.storage import LocalArtifactStore
+    from trainhub.adapters.storage import open_artifact_store
     from trainhub.adapters.weights_check import TorchWeightsCheck
 
     warnings: list[str] = []
@@ -252,6 +256,10 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     denied = [str(settings.home), str(settings.storage_root)]
     if settings.database_url.startswith("sqlite"):  # the files, not their folder (issue 31)
         denied += sqlite_state_files(settings.database_url.split("///", 1)[-1])
+    if settings.storage_url:  # the bucket's credentials never reach a sandboxed rank
+        denied.append(str(Path("~/.aws").expanduser()))
+        if os.environ.get("AWS_SHARED_CREDENTIALS_FILE"):
+            denied.append(str(Path(os.environ["AWS_SHARED_CREDENTIALS_FILE"]).expanduser()))
     if sandbox == SandboxMode.BWRAP:
         clash = inseparable(denied, environment_folders())
         if clash is not None:
@@ -265,7 +273,10 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     engine = make_engine(settings.database_url)
     migrate(engine)
     uow = SqlUnitOfWork(engine)
-    store = LocalArtifactStore(settings.storage_root)
+    # a bucket is checked before anything starts: a one-line error names the endpoint
+    store = open_artifact_store(
+        settings.storage_url or settings.storage_root, s3_endpoint=settings.s3_endpoint
+    )
     address = settings.ray_address or ensure_local_ray(
         settings.home / "ray",
         num_cpus=settings.ray_num_cpus,
@@ -280,7 +291,8 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     executor = RayExecutor(
         address,
         sandbox=sandbox.value,
-        checkpoint_root=str(settings.storage_root),
+        # with a bucket, no folder is shared: TRAINHUB_CHECKPOINT_DIR stays on the node
+        checkpoint_root=None if settings.storage_url else str(settings.storage_root),
         data_dir=str(settings.data_dir) if settings.data_dir else None,
         denied=tuple(str(p) for p in denied),
         dataset_cache_dir=str(settings.dataset_cache_dir) if settings.dataset_cache_dir else None,
@@ -439,7 +451,8 @@ def serve(settings: Settings) -> None:
     database = make_url(settings.database_url).render_as_string(hide_password=True)
     print(
         f"trainhub control plane on {settings.api_url} (database {database}, "
-        f"artifacts {settings.storage_root}, Ray {plane.ray_address}, sandbox {plane.sandbox})",
+        f"artifacts {settings.storage_url or settings.storage_root}, "
+        f"Ray {plane.ray_address}, sandbox {plane.sandbox})",
         flush=True,
     )
     print(f"dashboard: {settings.api_url}/ui (log in with an API token)", flush=True)

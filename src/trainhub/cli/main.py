@@ -28,6 +28,7 @@ from trainhub.cli import (
     profile,
     scheduling,
     search,
+    storage,
 )
 from trainhub.cli.session import EXIT_CODES_HELP
 from trainhub.core import limits
@@ -95,6 +96,7 @@ server_app = typer.Typer(
     no_args_is_help=False,
 )
 app.add_typer(server_app, name="server", rich_help_panel="Control plane")
+app.add_typer(storage.app, name="storage", rich_help_panel="Control plane")
 
 
 @server_app.callback(invoke_without_command=True)
@@ -116,10 +118,19 @@ def server(
         ),
     ] = None,
     storage: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             envvar="TRAINHUB_STORAGE",
-            help="Directory for contexts, logs and checkpoints; default: HOME/artifacts.",
+            help="Directory for contexts, logs and checkpoints, or s3://BUCKET/PREFIX "
+            "(credentials from the AWS variables or files; docs/storage.md); "
+            "default: HOME/artifacts.",
+        ),
+    ] = None,
+    s3_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TRAINHUB_S3_ENDPOINT",
+            help="URL of an S3-compatible server for --storage s3://...; default: AWS.",
         ),
     ] = None,
     host: Annotated[str, typer.Option(envvar="TRAINHUB_HOST")] = "127.0.0.1",
@@ -305,7 +316,11 @@ def server(
 
     settings = Settings(
         db_url=db,
-        storage=storage.expanduser().resolve() if storage else None,
+        storage=Path(storage).expanduser().resolve()
+        if storage and not storage.startswith("s3://")
+        else None,
+        storage_url=storage if storage and storage.startswith("s3://") else None,
+        s3_endpoint=s3_endpoint,
         ray_address=ray_address,
         host=host,
         port=port,
@@ -350,6 +365,7 @@ def server(
     from sqlalchemy.exc import OperationalError
 
     from trainhub.adapters.sandbox import SandboxUnavailable
+    from trainhub.core.errors import StorageUnavailable
 
     try:
         serve(settings)
@@ -360,6 +376,8 @@ def server(
             f"cannot open the database {_redact(settings.database_url)}: {exc.orig or exc}",
             "check --db (postgresql://USER:PASSWORD@HOST:PORT/DB) and that the server runs",
         ) from None
+    except StorageUnavailable as exc:
+        raise fail(exc.message, exc.hint) from None
     except KeyboardInterrupt:
         pass
 

@@ -130,3 +130,17 @@ class Conflict(TrainhubError):
 
 class IllegalTransition(Conflict):
     code = "illegal_transition"
+
+
+class StorageUnavailable(TrainhubError):
+    """The artifact store (a bucket) cannot be reached or refuses the server's credentials."""
+
+    status_code = 503
+    code = "storage_unavailable"
+
+
+class CorruptArtifact(TrainhubError):
+    """A stored object does not match the checksum its manifest recorded."""
+
+    status_code = 502
+    code = "corrupt_artifact"

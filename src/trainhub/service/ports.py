@@ -20,6 +20,7 @@ __all__ = [
     "AttemptLaunch",
     "AttemptPhase",
     "AttemptStatus",
+    "BlobInfo",
     "Executor",
     "Principal",
     "RankPhase",
@@ -122,12 +123,35 @@ class BlobWriter(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class BlobInfo:
+    """One stored blob, as :meth:`ArtifactStore.list` reports it."""
+
+    key: str
+    size: int  # bytes, the same number quotas and retention count on every backend
+
+
 class ArtifactStore(Protocol):
     """Blobs by key: code contexts, checkpoints, logs. Keys are '/'-separated relative paths.
 
     Blobs of any size move through ``open_writer``, ``put_file`` and ``iter_chunks`` in
     chunks; ``put`` and ``get`` are for small ones (logs, tests).
+
+    The contract every backend keeps (tests/adapters/test_storage_contract.py runs it on each):
+    a key that leaves the store (``..``, absolute, empty segments) is refused with
+    InvalidRequest; a blob is whole or absent (a writer's bytes are invisible until
+    ``commit``; a process killed mid-write leaves nothing under the key); ``size`` and
+    ``list`` count exactly the bytes written; a set of blobs (a sharded checkpoint, a dataset
+    version) becomes visible at once through a manifest written last
+    (``trainhub.service.artifact_sets``). Implementations: ``trainhub.adapters.storage``
+    (a local or shared folder, S3 and compatible stores).
     """
+
+    url: str  # where it stores (a folder or s3://bucket/prefix), for messages
+
+    def list(self, prefix: str) -> list[BlobInfo]:
+        """Every committed blob whose key starts with ``prefix``, sorted by key."""
+        ...
 
     def put(self, key: str, data: bytes) -> None: ...
 

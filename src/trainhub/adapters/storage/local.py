@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from trainhub.adapters.storage.keys import check_key, check_prefix
 from trainhub.core.errors import InvalidRequest, NotFound
+from trainhub.service.ports import BlobInfo
 
 CHUNK_BYTES = 1 << 20
 
@@ -60,12 +62,15 @@ class _FileWriter:
 
 
 class LocalArtifactStore:
+    """:class:`~trainhub.service.ports.ArtifactStore` on a folder (local or shared by nodes)."""
+
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        self.url = str(self.root)
 
     def _path(self, key: str) -> Path:
-        path = (self.root / key).resolve()
+        path = (self.root / check_key(key)).resolve()
         if path == self.root or self.root not in path.parents:
             raise InvalidRequest(f"artifact key {key!r} leaves the artifact store")
         return path
@@ -145,6 +150,22 @@ class LocalArtifactStore:
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
+
+    def list(self, prefix: str) -> list[BlobInfo]:
+        # writers' temporary files (".tmp-*") are not blobs: invisible until committed
+        check_prefix(prefix)
+        found = []
+        # walk only the folder the prefix names, not the whole store
+        start = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
+        for dirpath, _dirs, files in os.walk(start):
+            for name in files:
+                if name.startswith(".tmp-"):
+                    continue
+                path = Path(dirpath) / name
+                key = path.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    found.append(BlobInfo(key, path.stat().st_size))
+        return sorted(found, key=lambda b: b.key)
 
     def local_path(self, key: str) -> Path:
         """The file behind a key (for streaming responses)."""
