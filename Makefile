@@ -6,7 +6,14 @@ BIN := $(VENV)/bin
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test check lint typecheck imports pytest bench clean
+# pytest-xdist workers of `make test`/`make test-fast` (tests/fixtures/parallel.py); most tests
+# wait (Ray, servers, subprocesses) more than they compute, so more workers than cores pay
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+# what `make test-fast` leaves out: Ray, end-to-end, Chromium and the slow ones
+FAST_MARKERS := not ray and not e2e and not browser and not slow
+
+.PHONY: setup demo test test-fast check lint typecheck imports pytest bench clean
 
 setup: $(STAMP)
 
@@ -39,8 +46,16 @@ typecheck: setup
 imports: setup
 	$(BIN)/lint-imports --no-cache
 
+# pytest's exit code 5 means it collected no test: a broken selection, which fails (loudly)
+NO_TESTS := echo "pytest collected no test (exit code 5): check testpaths and the -m/-k selection" >&2
+
 pytest: setup
-	$(BIN)/python -m pytest
+	@$(BIN)/python -m pytest $(PYTEST_PARALLEL) || { rc=$$?; [ $$rc -ne 5 ] || $(NO_TESTS); exit $$rc; }
+
+# a developer's loop (under 3 minutes): core, service, api, cli, ... without Ray/e2e/browser
+test-fast: setup
+	@$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "$(FAST_MARKERS)" || \
+		{ rc=$$?; [ $$rc -ne 5 ] || $(NO_TESTS); exit $$rc; }
 
 check: lint typecheck imports
 
