@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # pytest-xdist workers of `make test`/`make test-fast` (tests/fixtures/parallel.py); most tests
 # wait (Ray, servers, subprocesses) more than they compute, so more workers than cores pay
 PYTEST_WORKERS ?= 4
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 # `make test-fast`: the layers a change usually touches, without Ray, end-to-end, Chromium and
 # the slow ones (tests/fixtures/parallel.py marks tests by the fixtures they use)
 FAST_PATHS := tests/core tests/service tests/api tests/cli tests/sim tests/client
