@@ -10,7 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.fixtures.api import Api, serve
-from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from tests.fixtures.databases import migrate_once
+from trainhub.adapters.db import SqlUnitOfWork, make_engine
 from trainhub.adapters.db.dataset_store import SqlDatasetStore
 from trainhub.adapters.db.profile_store import SqlProfileStore
 from trainhub.adapters.db.registry_store import SqlModelStore
@@ -83,7 +84,7 @@ class AgentsOf:
 
 def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> Api:
     engine = make_engine(f"sqlite:///{root / 'trainhub.db'}")
-    migrate(engine)
+    migrate_once(engine)
     uow = SqlUnitOfWork(engine)
     store = LocalArtifactStore(root / "artifacts")
     admin = AdminService(uow, system_clock)

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from tests.fixtures.databases import migrate_once
+from trainhub.adapters.db import SqlUnitOfWork, make_engine
 from trainhub.adapters.storage import LocalArtifactStore
 from trainhub.core.resources import Node
 from trainhub.core.scheduling import BasePolicy
@@ -159,7 +160,7 @@ class LoopHarness:
     ) -> None:
         self.clock = SteppedClock()
         self.engine = make_engine(db_url or f"sqlite:///{root / 'trainhub.db'}")
-        migrate(self.engine)
+        migrate_once(self.engine)
         self.uow = SqlUnitOfWork(self.engine)
         self.store = LocalArtifactStore(root / "artifacts")
         self.executor = FakeExecutor(nodes)

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
+from tests.fixtures.databases import migrate_once
+from trainhub.adapters.db import SqlUnitOfWork, make_engine
 from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
 from trainhub.adapters.optuna_search import OptunaSearch
 from trainhub.adapters.storage import LocalArtifactStore
@@ -128,7 +129,7 @@ def build_rig(
     admin: Principal | None = None,
 ) -> Rig:
     engine = make_engine(url)
-    migrate(engine)
+    migrate_once(engine)
     uow = SqlUnitOfWork(engine)
     search_uow = SqlSearchUnitOfWork(engine)
     store = LocalArtifactStore(root / "artifacts")

@@ -71,6 +71,20 @@ def install_latency_middleware(app: FastAPI, monitoring: MonitoringService) -> N
         return response
 
 
+class _Prefixed:
+    """Includes routers straight into ``app`` under ``prefix``: FastAPI checks (and so builds)
+    every route of a router included without a prefix at once, and a router nested in another
+    once more per level (about a second an app; tests build hundreds of apps); one included with
+    a prefix is built when first called."""
+
+    def __init__(self, app: FastAPI, prefix: str) -> None:
+        self.app = app
+        self.prefix = prefix
+
+    def include_router(self, router: APIRouter) -> None:
+        self.app.include_router(router, prefix=self.prefix)
+
+
 def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> FastAPI:
     app = FastAPI(
         title="trainhub",
@@ -86,7 +100,7 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     )
     app.state.services = services
     install_error_handlers(app, page_error=error_page)
-    api = APIRouter(prefix="/api/v1")
+    api = _Prefixed(app, "/api/v1")
     api.include_router(experiments.router)
     api.include_router(trials.router)
     api.include_router(admin.router)
@@ -101,7 +115,6 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
 
     api.include_router(profiles.router)
     api.include_router(environments.router)
-    app.include_router(api)
     app.include_router(monitoring.metrics_router)
     if services.monitoring is not None:
         install_latency_middleware(app, services.monitoring)
