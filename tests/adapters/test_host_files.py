@@ -94,12 +94,17 @@ def test_a_full_registry_says_so(tmp_path: Path) -> None:
 def test_the_local_head_is_private_and_exports_no_metrics(ray_head: Path) -> None:
     import time
 
+    from trainhub.adapters.host_files import HostFiles
     from trainhub.adapters.ray_executor.local_cluster import RECORD_NAME, read_record
 
     record = read_record(ray_head)
     assert record is not None
     assert _mode(ray_head / RECORD_NAME) == 0o600
     temp = Path(record.temp_dir)
+    # every driver that connects (other tests' executors, on their workers) makes Ray reset its
+    # folders to 0777, as the control plane's own connection does: the loop's check after each
+    # tick (server.host_files) makes them private again, and is what keeps them so
+    HostFiles([temp]).check()
     sessions = [p for p in temp.glob("session_*") if not p.is_symlink()]
     assert sessions
     for folder in (temp, *sessions, *(s / "sockets" for s in sessions)):

@@ -93,9 +93,23 @@ def test_two_trials_on_a_four_gpu_node_and_server_stop(tmp_path: Path) -> None:
             [sys.executable, "-c", "import time; time.sleep(60)  # trainhub server"]
         )
         (home / PID_FILE).write_text(f"{sleeper.pid}\n")
+        _until_executed(sleeper.pid, "trainhub server")  # not the forked test process yet
         stopped = stop_server(home)
         assert sleeper.wait(10) is not None
         assert not (home / PID_FILE).exists()
     assert record is not None
     assert any("Ray head" in s for s in stopped)
     assert _head_processes(record, with_descendants=True) == []
+
+
+def _until_executed(pid: int, marker: str, timeout_s: float = 10.0) -> None:
+    """Wait until ``pid`` runs its own command line: between fork and exec it still shows the
+    test process's, which ``stop_server`` rightly does not take for a server."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while marker not in " ".join(psutil.Process(pid).cmdline()):
+        assert time.monotonic() < deadline, psutil.Process(pid).cmdline()
+        time.sleep(0.01)

@@ -13,22 +13,26 @@ from tests.fixtures.api import Api, serve
 from tests.fixtures.databases import migrate_once
 from trainhub.adapters.db import SqlUnitOfWork, make_engine
 from trainhub.adapters.db.dataset_store import SqlDatasetStore
+from trainhub.adapters.db.environment_store import SqlEnvironmentStore
 from trainhub.adapters.db.profile_store import SqlProfileStore
 from trainhub.adapters.db.registry_store import SqlModelStore
 from trainhub.adapters.db.sample_store import SqlSampleStore
 from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
+from trainhub.adapters.envs.uv import UvEnvironments
 from trainhub.adapters.monitor.node_store import SqlNodeControlStore
 from trainhub.adapters.optuna_search import OptunaSearch
 from trainhub.adapters.sample_gallery import DatasetGallery
 from trainhub.adapters.storage import LocalArtifactStore
 from trainhub.api.app import create_app
 from trainhub.api.guard import FailedAuthLimiter
+from trainhub.core.metric_budget import PointCaps
 from trainhub.core.resources import Node
 from trainhub.service.admin import AdminService
 from trainhub.service.clock import system_clock
 from trainhub.service.container import Services
 from trainhub.service.datasets import DatasetService
 from trainhub.service.debugging import DebugService
+from trainhub.service.environments import EnvironmentService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService, NodeInventory, NodeSample
 from trainhub.service.profiling import ProfilingService
@@ -82,7 +86,9 @@ class AgentsOf:
         return []
 
 
-def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> Api:
+def build_bounded_api(
+    root: Path, limiter: FailedAuthLimiter | None = None, point_caps: PointCaps | None = None
+) -> Api:
     engine = make_engine(f"sqlite:///{root / 'trainhub.db'}")
     migrate_once(engine)
     uow = SqlUnitOfWork(engine)
@@ -109,7 +115,12 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
         other_bytes=registry.models.bytes_of_tenant,
     )
     experiments.resolve_data = datasets.pin_data
-    tracking = TrackingService(uow, store, system_clock)
+    # and the environment cache's routes (nothing is built here: no spec asks for packages)
+    environments = EnvironmentService(
+        uow, SqlEnvironmentStore(engine), UvEnvironments(root / "envs"), system_clock
+    )
+    experiments.check_environment = environments.check_request
+    tracking = TrackingService(uow, store, system_clock, point_caps)
     tracking.other_bytes = lambda tenant: (
         registry.models.bytes_of_tenant(tenant) + datasets.datasets.bytes_of_tenant(tenant)
     )
@@ -128,6 +139,7 @@ def build_bounded_api(root: Path, limiter: FailedAuthLimiter | None = None) -> A
         usage=UsageService(uow, system_clock),
         cluster_nodes=lambda: NODES,
         datasets=datasets,
+        environments=environments,
     )
     issued = admin.bootstrap()
     assert issued is not None

@@ -92,6 +92,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "profile_id": profile_id,
             "rank": 0,
             "index": 0,
+            "key": "0123456789abcdef",  # an environment's hash prefix (admins remove them)
         }
         yield World(api, ids, outsiders)
     api.services.uow.engine.dispose()  # type: ignore[attr-defined]
@@ -129,6 +130,9 @@ _BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/trials/{trial_id}/checkpoints"): {
         "params": {"uuid": "planted", "step": 999},
         "content": b"evil",
+    },
+    ("POST", "/api/v1/trials/{trial_id}/startup"): {
+        "json": {"attempt": 1, "marks": {"first_step_at": 1.0}}
     },
     ("PATCH", "/api/v1/trials/{trial_id}"): {"json": {"priority": "low"}},
     ("PATCH", "/api/v1/tenants/{name}"): {"json": {"weight": 5.0}},
@@ -172,6 +176,7 @@ _LISTINGS = {
     ("GET", "/api/v1/nodes/{node}/series"),
     ("GET", "/api/v1/models"),  # models of the caller's tenants and those shared with them
     ("GET", "/api/v1/datasets"),  # datasets of the caller's tenants and those shared with them
+    ("GET", "/api/v1/environments"),  # environments of the caller's tenants' experiments
 }
 # creating routes: refused to non-admins; to a tenant admin of B they touch only B
 _CREATING = {

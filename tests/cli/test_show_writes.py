@@ -18,4 +18,4 @@ def test_show_a_trial_with_its_writes_and_caps(cli: Cli, live: LiveServer) -> No
     out = " ".join(result.stdout.split())
     assert "2,500 metric points of 1,000,000 (at most 6,000 a minute)" in out
     assert "500 dropped past the cap" in out
-    assert "3.00 GB in its folders on its nodes" in out
+    assert "3 GB in its folders on its nodes" in out

@@ -18,6 +18,7 @@ import uvicorn
 
 from tests.api.conftest import build_bounded_api
 from tests.fixtures.api import Api
+from trainhub.core.metric_budget import PointCaps
 
 CHROMIUM = os.environ.get("TRAINHUB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -50,7 +51,9 @@ def serve(api: Api) -> tuple[uvicorn.Server, threading.Thread, socket.socket, in
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     root = tmp_path_factory.mktemp("site")
-    api = build_bounded_api(root)
+    # the pages are drawn from tens of thousands of points a test posts at once: the per-minute
+    # cap of a trial's reports (tests/api/test_metric_caps.py) is not what they test
+    api = build_bounded_api(root, point_caps=PointCaps(per_minute=10**9))
     engine = api.services.uow.engine  # type: ignore[attr-defined]
     assert api.services.steering is not None  # wired as the server wires it
     server, thread, sock, port = serve(api)

@@ -496,7 +496,6 @@ class ControlLoop:
         repo.add_event(trial.id, outcome.value.lower(), f"attempt {number}: {detail}", now)
         spec = self._spec(repo, trial)
         latest = repo.list_checkpoints(trial.id)
-        retry = ending.verdict.retry
         if retry and OOM_MARK in detail and attempt is not None:
             again = self._out_of_memory_again(repo, trial.id, attempt.number, detail)
             if again is not None:
