@@ -461,8 +461,14 @@ class ControlLoop:
         if trial is None:
             return False
         retry = ending.verdict.retry
-        if attempt is not None and outcome == AttemptOutcome.FAILED and retry:
-            # a failure that will always repeat is not retried (core/failures.py)
+        if (
+            attempt is not None
+            and outcome == AttemptOutcome.FAILED
+            and retry
+            and OOM_MARK not in detail
+        ):
+            # a failure that will always repeat is not retried (core/failures.py); running out
+            # of memory has its own rule below (the same point, no progress in between)
             judged = judge_failed_attempt(repo, self.store, trial, attempt, ending.exit_codes)
             if judged is not None:
                 retry = judged.retry
