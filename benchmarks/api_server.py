@@ -37,7 +37,14 @@ def free_port() -> int:
 class ApiServer:
     """Starts ``api_server.py`` in a subprocess; ``rss_mb()`` reads its resident memory."""
 
-    def __init__(self, home: Path, cpus: float = 8.0, db_url: str | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        cpus: float = 8.0,
+        db_url: str | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.extra_args = extra_args  # more options of main(): --storage, --rank-storage
         self.home = home
         self.cpus = cpus
         self.db_url = db_url or f"sqlite:///{home / 'trainhub.db'}"
@@ -52,6 +59,7 @@ class ApiServer:
             [
                 *(sys.executable, __file__, str(self.home), str(self.port)),
                 *("--cpus", str(self.cpus), "--db", self.db_url),
+                *self.extra_args,
             ],
             stdout=subprocess.PIPE,
             stderr=open(self.home / "server.log", "w"),
@@ -122,12 +130,15 @@ def main() -> None:
     parser.add_argument("port", type=int)
     parser.add_argument("--cpus", type=float, default=8.0)
     parser.add_argument("--db", default=None, help="database URL; default: SQLite in HOME")
+    parser.add_argument("--storage", default=None, help="s3://BUCKET/PREFIX; default: a folder")
+    parser.add_argument("--s3-endpoint", default=None)
+    parser.add_argument("--rank-storage", default="control-plane", help="control-plane|direct")
     args = parser.parse_args()
 
     import uvicorn
 
     from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
-    from trainhub.adapters.storage import LocalArtifactStore
+    from trainhub.adapters.storage import LocalArtifactStore, open_artifact_store
     from trainhub.api.app import create_app
     from trainhub.core.metric_budget import PointCaps
     from trainhub.core.resources import Node
@@ -135,6 +146,7 @@ def main() -> None:
     from trainhub.service.admin import AdminService
     from trainhub.service.clock import system_clock
     from trainhub.service.container import Services
+    from trainhub.service.direct_checkpoints import DirectCheckpoints
     from trainhub.service.experiments import ExperimentService
     from trainhub.service.tracking import TrackingService
     from trainhub.service.usage import UsageService
@@ -143,18 +155,24 @@ def main() -> None:
     engine = make_engine(args.db or f"sqlite:///{args.home / 'trainhub.db'}")
     migrate(engine)
     uow = SqlUnitOfWork(engine)
-    store = LocalArtifactStore(args.home / "artifacts")
+    store = (
+        open_artifact_store(args.storage, s3_endpoint=args.s3_endpoint)
+        if args.storage
+        else LocalArtifactStore(args.home / "artifacts")
+    )
     admin = AdminService(uow, system_clock)
+    # the server's capacity is measured here, not the per-trial policy: no minute cap
+    # (20 reporters of 10,000 points each in a burst; docs/security.md has the default)
+    tracking = TrackingService(uow, store, system_clock, PointCaps(per_minute=10**12))
     services = Services(
         uow=uow,
         clock=system_clock,
         experiments=ExperimentService(uow, store, system_clock, cluster_nodes=lambda: nodes),
-        # the server's capacity is measured here, not the per-trial policy: no minute cap
-        # (20 reporters of 10,000 points each in a burst; docs/security.md has the default)
-        tracking=TrackingService(uow, store, system_clock, PointCaps(per_minute=10**12)),
+        tracking=tracking,
         admin=admin,
         usage=UsageService(uow, system_clock),
         cluster_nodes=lambda: nodes,
+        direct_checkpoints=DirectCheckpoints(tracking, store, args.rank_storage),
     )
     issued = admin.bootstrap()
     assert issued is not None

@@ -9,10 +9,13 @@ those rank 0 sends after its first step; nothing is timed by this script itself 
 wall clock of the whole run.
 
 Both arms run in the same run on the same Ray instance, one after the other: ``cold`` with
-the warm pool off (``warm_pool_size=0``, today's path), then ``warm`` with it on. A warm-up
-trial before each arm is not counted (page cache, Ray's first worker processes). The pool
-serves unsandboxed ranks only (ADR 0028), so ``--sandbox`` defaults to ``none``; with
-``--sandbox auto``/``bwrap`` both arms start cold (``warm_ranks`` says how many were warm).
+the fast-start parts off (``warm_pool_size=0``, ``hosted_ranks=False``: an actor, a Ray worker
+process, per rank and a fresh interpreter per rank), then ``warm`` with the defaults (a warm
+pool of ``--pool`` per node, ranks run by the node's rank host: ADR 0028, 0031). A warm-up
+trial before each arm is not counted (page cache, Ray's first worker processes, the rank
+host's start). The pool serves unsandboxed ranks only (ADR 0028), so ``--sandbox`` defaults to
+``none``; with ``--sandbox auto``/``bwrap`` the warm arm has the rank host only
+(``warm_ranks`` says how many ranks came from the pool).
 
     HOME=$(mktemp -d) .venv/bin/python benchmarks/first_step.py [--trials 20] [--cold-trials 10]
 """
@@ -101,10 +104,9 @@ def arm(
 ) -> dict[str, Any]:
     plane_home = home / f"plane-{size}"
     plane_home.mkdir()
+    settings = {"sandbox": sandbox, "tick_interval_s": 1.0, "warm_pool_size": size}
     plane = ControlPlaneProcess(
-        plane_home,
-        address,
-        settings={"sandbox": sandbox, "tick_interval_s": 1.0, "warm_pool_size": size},
+        plane_home, address, settings={**settings, "hosted_ranks": size > 0}
     )
     plane.start()
     try:

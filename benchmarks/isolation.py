@@ -21,11 +21,11 @@
    ``start_ms`` is the median extra time to make all of it, start ``python -c pass`` in it and
    remove it, against a bare start (target < 100 ms); ``step_overhead`` is the relative extra
    CPU time per step of rank 0 of the DDP workload, contained vs bare (target < 2%), with each
-   run's value as the spread. Then ``containment``: a neighbour tenant's two-rank trial alone,
-   then again while another tenant's trials attack (tests/e2e/escapes.py ATTACKS, ALLOCATE,
-   BUSY); ``attacks`` counts the attacks, ``contained`` those that failed as they must, and
-   ``neighbour_slowdown`` is the neighbour's median step time during the attacks over its
-   quiet one (target <= 1.15).
+   run's value as the spread. Then ``containment``: a neighbour tenant's two-rank trial runs
+   alone, then while another tenant's trials attack (tests/e2e/escapes.py ATTACKS, ALLOCATE,
+   BUSY), then alone again; ``attacks`` counts the attacks, ``contained`` those that failed as
+   they must, and ``neighbour_slowdown`` is the neighbour's median step time during the
+   attacks over its median step time before and after them (target <= 1.15).
 
 Run it with a fresh home to check a fresh machine too:
 
@@ -368,6 +368,10 @@ def contained_cost(args: argparse.Namespace, address: str, scratch: Path) -> dic
     }
 
 
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
 def containment(home: Path, address: str, steps: int) -> dict[str, object]:
     """Attacks from one tenant's trials while another tenant's two-rank trial runs."""
     plane_home = home / "plane-contained"
@@ -407,17 +411,23 @@ def containment(home: Path, address: str, steps: int) -> dict[str, object]:
         assert response.status_code == 201, response.text
         return int(response.json()["trials"][0]["id"])
 
+    # One neighbour trial, long: its steps before and after the attacks are the quiet ones,
+    # those while any attack trial runs the attacked ones. Quiet and attacked steps come from
+    # the same trial minutes apart at most, so a machine whose load drifts (other work) moves
+    # both alike; two trials run one after the other measured the drift as much as the attacks.
+    total_steps = steps * 6
+
     def neighbour() -> int:
         resources = {"workers": 2, "cpus_per_worker": 0.5, "memory_gb_per_worker": 2}
-        env = {"NEIGHBOUR_STEPS": str(steps), "NEIGHBOUR_SLEEP_S": "0.1"}
+        env = {"NEIGHBOUR_STEPS": str(total_steps), "NEIGHBOUR_SLEEP_S": "0.1"}
         return submit("neighbour", "neighbour", {**resources, "single_node": True}, env)
 
-    def step_times(trial_id: int) -> list[float]:
-        done = plane.wait_for(trial_id, lambda t: t["state"] == "COMPLETED", timeout_s=600)
+    def step_points(trial_id: int) -> list[dict[str, float]]:
+        done = plane.wait_for(trial_id, lambda t: t["state"] == "COMPLETED", timeout_s=900)
         assert done["num_restarts"] == 0, done
         points = plane.metrics(trial_id)
-        assert [p["values"]["value"] for p in points] == [float(s) for s in range(steps)]
-        return [p["values"]["step_time_s"] for p in points[3:]]  # past the first steps
+        assert [p["values"]["value"] for p in points] == [float(s) for s in range(total_steps)]
+        return [p["values"] for p in points[3:]]  # past the first steps
 
     import socket
 
@@ -427,14 +437,16 @@ def containment(home: Path, address: str, steps: int) -> dict[str, object]:
     try:
         for tenant in ("neighbour", "attacker"):
             assert plane.request("POST", "/tenants", json={"name": tenant}).status_code == 201
-        quiet = step_times(neighbour())
         busy_neighbour = neighbour()
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 600
         store = ""
         while not store and time.monotonic() < deadline:
             found = [ln for ln in plane.log(busy_neighbour, 0).splitlines() if "STORE" in ln]
             store = found[0].split()[1] if found else ""
             time.sleep(0.3)
+        while len(plane.metrics(busy_neighbour)) < 2 * steps and time.monotonic() < deadline:
+            time.sleep(0.5)  # quiet steps first
+        attacks_began = time.time()
         node_ip = address.rsplit(":", 1)[0]
         attack = submit(
             "attacker",
@@ -460,7 +472,6 @@ def containment(home: Path, address: str, steps: int) -> dict[str, object]:
             {"workers": 1, "cpus_per_worker": share},
             {"ATTACK_BUSY_S": "8", "ATTACK_BUSY_WORKERS": "4"},
         )
-        during = step_times(busy_neighbour)
         plane.wait_for(attack, lambda t: t["state"] == "COMPLETED", timeout_s=300)
         results = {n: not r["allowed"] for n, r in parse(plane.log(attack, 0)).items()}
         oom = plane.wait_for(glutton, lambda t: t["state"] == "FAILED", timeout_s=300)
@@ -473,6 +484,10 @@ def containment(home: Path, address: str, steps: int) -> dict[str, object]:
         numbers = dict(item.split("=") for item in line.split()[1:])
         cpu_share = float(numbers["cpu_s"]) / float(numbers["wall_s"])
         results["busy_past_cpu_share"] = cpu_share <= 1.2 * share
+        attacks_ended = time.time()
+        points = step_points(busy_neighbour)
+        during = [p["step_time_s"] for p in points if attacks_began <= p["at"] <= attacks_ended]
+        quiet = [p["step_time_s"] for p in points if not attacks_began <= p["at"] <= attacks_ended]
     finally:
         abstract.close()
         plane.stop()
@@ -481,9 +496,10 @@ def containment(home: Path, address: str, steps: int) -> dict[str, object]:
         "attacks": len(results),
         "contained": sum(results.values()),
         "not_contained": sorted(n for n, ok in results.items() if not ok),
-        "neighbour_slowdown": round(statistics.median(during) / statistics.median(quiet), 3),
-        "neighbour_step_ms_quiet": round(statistics.median(quiet) * 1000, 2),
-        "neighbour_step_ms_during": round(statistics.median(during) * 1000, 2),
+        "neighbour_slowdown": round(median(during) / median(quiet), 3),
+        "neighbour_step_ms_quiet": round(median(quiet) * 1000, 2),
+        "neighbour_step_ms_during": round(median(during) * 1000, 2),
+        "neighbour_steps_quiet_during": [len(quiet), len(during)],
         "busy_cpu_share": round(cpu_share, 3),
         "busy_share_given": share,
         "load_average_1m": round(os.getloadavg()[0], 1),

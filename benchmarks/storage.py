@@ -7,7 +7,8 @@ rank restores it with ``ctx.restore()``; then a user downloads it with the Pytho
 (benchmarks/api_server.py); its resident memory is sampled every 5 ms through all three.
 Prints one JSON line: ``{"benchmark": "storage", "checkpoint_gb", "peak_rss_growth_mb", ...}``
 (target: < 100 MB of growth for 2 GB). Needs about 4x the checkpoint in free disk space.
-Before it, the ``s3_checkpoint`` and ``s3_resume`` lines of benchmarks/storage_s3.py.
+Before it, the ``s3_checkpoint``, ``s3_resume`` and ``s3_routes`` lines of
+benchmarks/storage_s3.py.
 
     HOME=$(mktemp -d) .venv/bin/python benchmarks/storage.py [--checkpoint-gb 2] [--only api|s3]
 """

@@ -10,6 +10,11 @@ resident memory is sampled every 5 ms through the store's transfers. Targets:
 one uploads the same bytes to the same key; ``resent_fraction`` is what it sent again over the
 size (target <= 0.55).
 
+``s3_routes``: a 0.5 GB checkpoint saved and restored by the runtime's own client through the
+control plane's API (``--rank-storage control-plane``) and straight to the bucket with
+presigned URLs (``direct``), the API in its own process on the same SeaweedFS; MiB/s of each
+and the API process's CPU seconds per GB moved (ADR 0033).
+
     HOME=$(mktemp -d) .venv/bin/python benchmarks/storage.py --only s3 [--checkpoint-gb 2]
 """
 
@@ -30,6 +35,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 from tests.fixtures.seaweedfs import SeaweedS3  # noqa: E402  (needs sys.path)
 
@@ -159,7 +165,60 @@ def s3_resume(seaweed: SeaweedS3, size: int) -> dict[str, object]:
     }
 
 
-def run(checkpoint_gb: float) -> None:
+def s3_routes(seaweed: SeaweedS3, work: Path, size: int) -> dict[str, object]:
+    """A rank's checkpoint upload and restore through the control plane's API (its default
+    route) and straight to the bucket with presigned URLs (``--rank-storage direct``), with
+    the runtime's own client, against the same SeaweedFS in the same run; the API server runs
+    in its own process (benchmarks/api_server.py) and its CPU time is counted."""
+    import httpx
+    from abuse import CONTEXT
+    from api_server import ApiServer, start_attempt
+
+    from trainhub.runtime.transport import ControlPlaneClient
+
+    source = work / "rank-checkpoint.pt"
+    make_file(source, size)
+    rates: dict[str, float] = {}
+    line: dict[str, object] = {"benchmark": "s3_routes", "checkpoint_gb": round(size / 1e9, 3)}
+    for route in ("control-plane", "direct"):
+        home = work / f"api-{route}"
+        home.mkdir()
+        extra = ("--storage", seaweed.new_url(route), "--s3-endpoint", seaweed.endpoint)
+        with ApiServer(home, extra_args=(*extra, "--rank-storage", route)) as server:
+            admin = {"Authorization": f"Bearer {server.token}"}
+            http = httpx.Client(base_url=server.url + "/api/v1", headers=admin, timeout=60)
+            files = {"context": ("context.tar.gz", CONTEXT, "application/gzip")}
+            spec = "name: big\nentrypoint: python train.py\n"
+            made = http.post("/experiments", data={"spec": spec}, files=files).json()
+            trial_id = made["trials"][0]["id"]
+            token = start_attempt(server.db_url, trial_id)
+            client = ControlPlaneClient(server.url, token, trial_id, timeout_s=600)
+            cpu = server.cpu_s()
+            started = time.monotonic()
+            record = client.upload_checkpoint(source, uuid="bench", step=1, attempt=1, metrics={})
+            up_s = time.monotonic() - started
+            restored = work / f"restored-{route}.pt"
+            started = time.monotonic()
+            client.download_checkpoint(record["id"], restored)
+            down_s = time.monotonic() - started
+            server_cpu = server.cpu_s() - cpu
+            client.close()
+            assert restored.stat().st_size == size == record["size_bytes"]
+            restored.unlink()
+        name = route.replace("-", "_")
+        rates[f"{name}_upload"] = size / MIB / up_s
+        rates[f"{name}_download"] = size / MIB / down_s
+        line[f"{name}_upload_mib_s"] = round(rates[f"{name}_upload"], 1)
+        line[f"{name}_download_mib_s"] = round(rates[f"{name}_download"], 1)
+        line[f"{name}_server_cpu_s_per_gb"] = round(server_cpu / (size / 1e9), 2)
+    source.unlink()
+    for what in ("upload", "download"):
+        ratio = rates[f"direct_{what}"] / rates[f"control_plane_{what}"]
+        line[f"direct_vs_control_plane_{what}"] = round(ratio, 2)
+    return line
+
+
+def run(checkpoint_gb: float, *, routes_gb: float = 0.5) -> None:
     with tempfile.TemporaryDirectory(prefix="trainhub-s3-bench-") as tmp:
         work = Path(tmp)
         (work / "weed").mkdir()
@@ -170,6 +229,7 @@ def run(checkpoint_gb: float) -> None:
             size = int(checkpoint_gb * 1e9)
             print(json.dumps(s3_checkpoint(seaweed, work, size)), flush=True)
             print(json.dumps(s3_resume(seaweed, max(size // 4, 64 * MIB))), flush=True)
+            print(json.dumps(s3_routes(seaweed, work, int(routes_gb * 1e9))), flush=True)
         finally:
             seaweed.stop()
 

@@ -12,6 +12,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import time
 
 import torch
@@ -47,6 +48,7 @@ for step in range(args.steps):
     if step == args.warmup:
         start = time.perf_counter()
         cpu_start = time.process_time()
+        usage_start = resource.getrusage(resource.RUSAGE_SELF)
     optimizer.zero_grad(set_to_none=True)
     loss = nn.functional.cross_entropy(model(x), y)
     loss.backward()
@@ -55,11 +57,19 @@ for step in range(args.steps):
         first_step_unix = time.time()
 elapsed = time.perf_counter() - start
 cpu_s = time.process_time() - cpu_start
+usage = resource.getrusage(resource.RUSAGE_SELF)
+measured = args.steps - args.warmup
 samples = (args.steps - args.warmup) * args.batch_size * world
 if rank == 0:
     result = {
         "samples_per_s": samples / elapsed,
-        "cpu_s_per_step": cpu_s / (args.steps - args.warmup),  # rank 0's process, all threads
+        "cpu_s_per_step": cpu_s / measured,  # rank 0's process, all threads
+        # where it goes: user and kernel time, page faults, context switches (per step)
+        "user_ms_per_step": (usage.ru_utime - usage_start.ru_utime) * 1000 / measured,
+        "sys_ms_per_step": (usage.ru_stime - usage_start.ru_stime) * 1000 / measured,
+        "minflt_per_step": (usage.ru_minflt - usage_start.ru_minflt) / measured,
+        "nvcsw_per_step": (usage.ru_nvcsw - usage_start.ru_nvcsw) / measured,
+        "nivcsw_per_step": (usage.ru_nivcsw - usage_start.ru_nivcsw) / measured,
         "first_step_unix": first_step_unix,
         "world_size": world,
         "pid": os.getpid(),

@@ -226,8 +226,63 @@ class MemorySpec(_Section):
     ] = False
 
 
+class PipelineSchedule(StrEnum):
+    """The pipeline schedules offered (both tested on gloo; looped schedules are not)."""
+
+    GPIPE = "gpipe"  # every micro-batch forward, then every backward (all activations held)
+    ONE_F_ONE_B = "1f1b"  # one forward, one backward in the steady state (<= stages held)
+
+
+class PipelineSpec(_Section):
+    """Pipeline parallelism: the model split into consecutive stages, micro-batches flowing
+    through them (torch.distributed.pipelining)."""
+
+    stages: Annotated[
+        int, Field(ge=1, le=64, description="Consecutive parts of the model, one per rank.")
+    ] = 2
+    microbatches: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=4096,
+            description="Micro-batches each batch is cut into; the per-rank batch must divide "
+            "by it. The bubble (idle) fraction is about (stages-1)/(microbatches+stages-1).",
+        ),
+    ] = 8
+    schedule: Annotated[PipelineSchedule, Field(description="gpipe | 1f1b.")] = (
+        PipelineSchedule.ONE_F_ONE_B
+    )
+    split_points: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=200)]] | None,
+        Field(
+            max_length=63,
+            description="Names of the layers each stage after the first starts at (e.g. "
+            "blocks.2), stages - 1 of them; default: stages of about equal parameter count.",
+        ),
+    ] = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PipelineSpec:
+        if self.schedule is PipelineSchedule.ONE_F_ONE_B and self.microbatches < self.stages:
+            raise ValueError(
+                f"microbatches: schedule '1f1b' needs at least as many micro-batches as stages "
+                f"({self.stages}); got {self.microbatches}"
+            )
+        if self.split_points is not None and len(self.split_points) != self.stages - 1:
+            raise ValueError(
+                f"split_points: {self.stages} stages need {self.stages - 1} split point(s); "
+                f"got {len(self.split_points)}"
+            )
+        return self
+
+
 class DistributedSpec(_Section):
-    """How the ranks of a trial exchange gradients, and memory/large-batch options."""
+    """How the ranks of a trial exchange gradients, and memory/large-batch options.
+
+    ``pipeline`` and ``tensor`` split the model itself over the ranks (model parallelism): the
+    world is ``data x pipeline.stages x tensor`` ranks, the data-parallel degree being what is
+    left of it.
+    """
 
     strategy: Annotated[Strategy, Field(description="Communication strategy.")] = Strategy.ALLREDUCE
     bucket_cap_mb: Annotated[
@@ -254,8 +309,58 @@ class DistributedSpec(_Section):
         MemorySpec, Field(description="Mixed precision, activation checkpointing, FSDP.")
     ] = MemorySpec()
 
+    pipeline: Annotated[
+        PipelineSpec | None,
+        Field(description="Pipeline parallelism: stages, micro-batches, schedule."),
+    ] = None
+    tensor: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=64,
+            description="Tensor-parallel degree: Linear layers of the model's plan split over "
+            "this many ranks of one node (DTensor colwise/rowwise).",
+        ),
+    ] = 1
+
+    @property
+    def model_parallel(self) -> bool:
+        """True when the model is split over the ranks (pipeline stages or tensor shards)."""
+        return self.tensor > 1 or (self.pipeline is not None and self.pipeline.stages > 1)
+
+    @property
+    def model_parallel_size(self) -> int:
+        """Ranks one model replica spans: pipeline stages x tensor degree."""
+        stages = self.pipeline.stages if self.pipeline is not None else 1
+        return stages * self.tensor
+
+    def layout_error(self, world_size: int) -> tuple[str, str] | None:
+        """``(field, message)`` when ``world_size`` ranks cannot be cut into ``data x stages x
+        tensor``; None when they can."""
+        size = self.model_parallel_size
+        if world_size % size == 0:
+            return None
+        stages = self.pipeline.stages if self.pipeline is not None else 1
+        field = "tensor" if self.pipeline is None or stages == 1 else "pipeline.stages"
+        return (
+            field,
+            f"{world_size} ranks do not factor into data x pipeline.stages ({stages}) x tensor "
+            f"({self.tensor}): the world size must be a multiple of {size}",
+        )
+
     @model_validator(mode="after")
     def _compatible(self) -> DistributedSpec:
+        if self.model_parallel and self.memory.fsdp:
+            raise ValueError(
+                "memory.fsdp: FSDP does not combine with pipeline or tensor parallelism here; "
+                "use one or the other"
+            )
+        if self.model_parallel and self.strategy is not Strategy.ALLREDUCE:
+            raise ValueError(
+                f"strategy: pipeline and tensor parallelism average the data-parallel gradients "
+                f"with a plain all-reduce; strategy {self.strategy.value!r} does not combine with "
+                "them (use 'allreduce')"
+            )
         if self.memory.fsdp and self.strategy is not Strategy.ALLREDUCE:
             raise ValueError(
                 f"memory.fsdp: FSDP shards gradients with reduce-scatter and cannot be combined "

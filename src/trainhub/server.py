@@ -10,6 +10,7 @@ import contextlib
 import gc
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from trainhub.core import limits
 from trainhub.core.isolation import DEFAULT_PIDS_PER_RANK
 from trainhub.core.metric_budget import PointCaps
+from trainhub.core.resources import Node
 from trainhub.core.scheduling import BasePolicy
 from trainhub.core.scheduling.factory import DEFAULT_POLICY, create_policy
 from trainhub.core.scheduling.fair_config import FairShareConfig
@@ -28,12 +30,14 @@ from trainhub.service.container import Services
 from trainhub.service.control_loop import ControlLoop, LoopConfig
 from trainhub.service.datasets import DatasetService
 from trainhub.service.debugging import DebugService
+from trainhub.service.direct_checkpoints import DirectCheckpoints
 from trainhub.service.environments import EnvironmentService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
 from trainhub.service.profiling import ProfilingService
 from trainhub.service.registry import RegistryService
 from trainhub.service.search import SearchService
+from trainhub.service.sessions import SessionService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
@@ -59,6 +63,8 @@ class Settings:
     # (an S3-compatible server; default: AWS). Credentials: the standard AWS variables/files.
     storage_url: str | None = None
     s3_endpoint: str | None = None
+    # how ranks move checkpoints with a bucket: control-plane | direct (presigned, ADR 0033)
+    rank_storage: str = "control-plane"
     ray_address: str | None = None  # default: a local Ray head started (once) for this home
     host: str = "127.0.0.1"
     port: int = 8080
@@ -73,6 +79,8 @@ class Settings:
     # reclaim patience: the share of its recent entitlement above which a tenant below its
     # guarantee waits for free GPUs instead of preempting (ADR 0022); 0 turns it off
     reclaim_patience: float = _FAIR_DEFAULTS.patience_share or 0.0
+    # the share of the cluster's slots reclaims may preempt per hour (ADR 0036); 0: unbounded
+    reclaim_rate: float = _FAIR_DEFAULTS.reclaim_rate_share_per_h or 0.0
     ray_num_cpus: int | None = None
     ray_num_gpus: int | None = None
     sandbox: str = "auto"  # auto | bwrap | none: how rank processes are isolated (sandbox.py)
@@ -86,19 +94,32 @@ class Settings:
     # should_stop() and exit before its ranks get SIGTERM (a plain script never asks: it waits
     # all of it)
     stop_wait_s: float = LoopConfig.stop_wait_s
+    # checkpoints never published (ADR 0047): how often the store is swept of them, and how
+    # long after a trial's last attempt ended its unpublished bytes are kept
+    leftover_sweep_interval_s: float = LoopConfig.leftover_sweep_interval_s
+    leftover_grace_s: float = LoopConfig.leftover_grace_s
     # trial environments (docs/environments.md): where they are cached (default home/envs; on
     # a cluster, storage every node mounts) and the cache's size past which the least recently
     # used are removed (None: no bound)
     env_cache: Path | None = None
     env_cache_gb: float | None = None
+    # who installs them: "here" (into env_cache, which nodes must mount), "nodes" (each node
+    # that runs a rank, into its own cache: env_cache's path on each node, or its work dir's
+    # ``envs``; ADR 0034), "auto" ("nodes" with a bucket, where no folder is shared)
+    env_build: str = "auto"
     # what a trial writes (issue 24; core/limits.py has the defaults and their reasons)
     max_log_bytes_per_trial: int = limits.DEFAULT_MAX_LOG_BYTES_PER_TRIAL
     max_metric_points_per_minute: int = limits.MAX_METRIC_POINTS_PER_MINUTE
     max_metric_points_per_trial: int = limits.MAX_METRIC_POINTS_PER_TRIAL
-    # warm pool (ADR 0028): idle processes with torch imported kept per node to start ranks
-    # from; they hold no slot; used by sandbox-free ranks on the base environment; 0: none
-    # (the default until node monitoring sees warm ranks: ADR 0028)
-    warm_pool_size: int = 0
+    # warm pool (ADR 0028, 0031): idle processes with torch imported kept per node to start
+    # ranks from; they hold no slot; used by sandbox-free ranks on the base environment; 0: none
+    warm_pool_size: int = 2
+    # CPU ranks run in one long-lived actor per node instead of an actor (a Ray worker process
+    # to start) each (ADR 0031)
+    hosted_ranks: bool = True
+    # how the proxy reaches a session's server (ADR 0041): "auto": its socket on this host's
+    # own Ray node, the relay of its rank actor on any other; "always": the relay everywhere
+    session_relay: str = "auto"
 
     @property
     def database_url(self) -> str:
@@ -111,6 +132,12 @@ class Settings:
     @property
     def env_cache_root(self) -> Path:
         return self.env_cache or self.home / "envs"
+
+    @property
+    def envs_on_nodes(self) -> bool:
+        if self.env_build not in ("auto", "here", "nodes"):
+            raise ValueError(f"env_build must be auto, here or nodes, not {self.env_build!r}")
+        return self.env_build == "nodes" or (self.env_build == "auto" and bool(self.storage_url))
 
     @property
     def api_url(self) -> str:
@@ -127,6 +154,7 @@ def make_policy(settings: Settings) -> BasePolicy:
         min_run_time_s=settings.min_run_time_s,
         preemption_cooldown_s=settings.preemption_cooldown_s,
         patience_share=settings.reclaim_patience or None,
+        reclaim_rate_share_per_h=settings.reclaim_rate or None,
     )
     return create_policy(settings.policy, fair=fair)
 
@@ -229,6 +257,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
     from trainhub.adapters.db.registry_store import SqlModelStore
     from trainhub.adapters.db.sample_store import SqlSampleStore
     from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
+    from trainhub.adapters.db.session_store import SqlSessionLimitStore
     from trainhub.adapters.envs.uv import UvEnvironments
     from trainhub.adapters.monitor.agent import RayNodeMonitor
     from trainhub.adapters.monitor.node_store import SqlNodeControlStore
@@ -245,8 +274,11 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         resolve_mode,
         sqlite_state_files,
     )
+    from trainhub.adapters.session_proxy import JupyterProbe, SessionRelay
     from trainhub.adapters.storage import open_artifact_store
+    from trainhub.adapters.tensorboard_export import tensorboard_files
     from trainhub.adapters.weights_check import TorchWeightsCheck
+    from trainhub.service.event_files import EventFileService
 
     warnings: list[str] = []
     sandbox, why_not = resolve_mode(settings.sandbox)
@@ -269,6 +301,10 @@ def build_control_plane(settings: Settings) -> ControlPlane:
                 "and show the other. Put the database, --home and --storage outside it "
                 "(e.g. --db sqlite:///$HOME/trainhub/th.db)"
             )
+    if settings.rank_storage == "direct" and not settings.storage_url:
+        why = "--rank-storage direct needs --storage s3://...: ranks use the control plane"
+        log.warning("%s", why)
+        warnings.append(why)
     make_private(settings)
     engine = make_engine(settings.database_url)
     migrate(engine)
@@ -299,12 +335,19 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         dataset_cache_gb=settings.dataset_cache_gb,
         isolation=isolation,
         warm_pool_size=settings.warm_pool_size,
+        hosted_ranks=settings.hosted_ranks,
+        session_relay=settings.session_relay,
+        env_cache=str(settings.env_cache)
+        if settings.envs_on_nodes and settings.env_cache
+        else None,
     )
     clock = system_clock
     config = LoopConfig(
         settings.api_url,
         usage_half_life_s=settings.usage_half_life_s,
         stop_wait_s=settings.stop_wait_s,
+        leftover_sweep_interval_s=settings.leftover_sweep_interval_s,
+        leftover_grace_s=settings.leftover_grace_s,
         max_log_bytes_per_trial=settings.max_log_bytes_per_trial,
     )
     search_uow = SqlSearchUnitOfWork(engine)
@@ -318,12 +361,18 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         clock,
         lost_after_s=max(30.0, 6 * settings.monitor_interval_s),
     )
+
+    def cluster_nodes() -> list[Node]:
+        """The executor's nodes with their topology labels (agents' and stored)."""
+        return monitoring.labelled(executor.cluster_nodes())
+
     environments = EnvironmentService(
         uow,
         SqlEnvironmentStore(engine),
         UvEnvironments(settings.env_cache_root),
         clock,
         cache_bytes=int(settings.env_cache_gb * 1024**3) if settings.env_cache_gb else None,
+        nodes=executor.node_installer() if settings.envs_on_nodes else None,
     )
     loop = ControlLoop(
         uow,
@@ -337,11 +386,19 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         environments=environments,
         trial_files=executor,
     )
-    loop_thread = LoopThread(loop, settings.tick_interval_s, host_files(settings).check)
+    checked_files = host_files(settings)
+    sessions_box: list[SessionService] = []
+
+    def after_tick() -> None:
+        checked_files.check()
+        for service in sessions_box:  # idle sessions end (docs/sessions.md)
+            service.maybe_cull()
+
+    loop_thread = LoopThread(loop, settings.tick_interval_s, after_tick)
     environments.wake = loop_thread.wake  # a build that ends starts its trials at once
     admin = AdminService(uow, clock)
     experiments = ExperimentService(
-        uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=executor.cluster_nodes
+        uow, store, clock, wake_scheduler=loop_thread.wake, cluster_nodes=cluster_nodes
     )
     registry = RegistryService(
         uow, SqlModelStore(engine), store, clock, weights_check=TorchWeightsCheck()
@@ -372,6 +429,21 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         registry.models.bytes_of_tenant(tenant) + datasets.datasets.bytes_of_tenant(tenant)
     )
     experiments.isolation = isolation
+    sessions = SessionService(
+        uow,
+        SqlSessionLimitStore(engine),
+        experiments,
+        clock,
+        session_key(settings.home),
+        endpoints=executor,
+        probe=JupyterProbe(),
+        relay=SessionRelay(),
+    )
+    event_files = EventFileService(uow, store, executor)
+    loop.keep_trial_files = event_files.keep  # before an ended trial's folder is removed
+    sessions.tensorboard_files = lambda trials: tensorboard_files(uow, trials, event_files.files)
+    loop.session_env = sessions.launch_env
+    sessions_box.append(sessions)
     services = Services(
         uow=uow,
         clock=clock,
@@ -379,7 +451,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         tracking=tracking,
         admin=admin,
         usage=UsageService(uow, clock),
-        cluster_nodes=executor.cluster_nodes,
+        cluster_nodes=cluster_nodes,
         node_addresses=executor.node_addresses,
         sandbox=sandbox.value,
         warnings=tuple(warnings),
@@ -392,11 +464,23 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         profiling=ProfilingService(uow, SqlProfileStore(engine), store, clock),
         environments=environments,
         datasets=datasets,
+        direct_checkpoints=DirectCheckpoints(tracking, store, settings.rank_storage),
+        sessions=sessions,
     )
     bootstrap = admin.bootstrap()
     return ControlPlane(
         settings, services, loop, loop_thread, bootstrap, address, sandbox.value, tuple(warnings)
     )
+
+
+def session_key(home: Path) -> bytes:
+    """The secret every session's server secret is derived from (kept in the home, 0600)."""
+    path = home / "session-key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_bytes(32))
+    return path.read_bytes()
 
 
 def save_admin_token(home: Path, secret: str) -> Path:
@@ -462,6 +546,10 @@ def serve(settings: Settings) -> None:
     app = create_app(plane.services)
     settle_heap()
     plane.loop_thread.start()
+    # versions registered before registration checked their weights: checked once, aside
+    threading.Thread(
+        target=recheck_weights, args=(plane.services,), name="trainhub-weights", daemon=True
+    ).start()
     try:
         # the dashboard's live streams never end by themselves: a stop waits this long for
         # requests in flight, then closes them (browsers reconnect to the next start)
@@ -471,12 +559,33 @@ def serve(settings: Settings) -> None:
             port=settings.port,
             log_level="warning",
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            # the sessions' proxy takes WebSockets (kernels, terminals): the sans-I/O
+            # implementation of the websockets library (its legacy one is deprecated)
+            ws="websockets-sansio",
         )
     finally:
         plane.loop_thread.stop()
         with contextlib.suppress(OSError):
             if read_pid_file(settings.home) == os.getpid():
                 (settings.home / PID_FILE).unlink()
+
+
+def recheck_weights(services: Services) -> None:
+    """Check the model versions whose weights were never checked (``RegistryService.
+    recheck_weights``); a failure is logged, never fatal to the server."""
+    if services.models is None:
+        return
+    try:
+        counts = services.models.recheck_weights()
+    except Exception:  # the registry keeps working; the next start tries again
+        log.exception("checking registered model versions' weights failed")
+        return
+    if counts["misfit"]:
+        log.warning(
+            "%d registered model version(s) hold weights that do not load into their "
+            "architecture (`trainhub models show NAME:V` says why); suggest leaves them out",
+            counts["misfit"],
+        )
 
 
 PID_FILE = "server.pid"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -31,10 +32,32 @@ LIMITS = ResourceLimits(
 )
 
 
+def v2_reason() -> str:
+    """Why the v2 tests cannot run here: which controllers the kernel keeps in v1 hierarchies.
+
+    A controller lives in one hierarchy at a time: while memory, pids and cpu are mounted as v1
+    (these machines), a cgroup2 mount (``mount -t cgroup2 none /x`` works as root) offers
+    none of them; freeing them means unmounting the v1 hierarchies every process here is in.
+    """
+    in_v1 = []
+    with open("/proc/cgroups") as table:  # subsys_name hierarchy num_cgroups enabled
+        for line in table.read().splitlines()[1:]:
+            name, hierarchy, _, enabled = line.split()
+            if name in ("memory", "pids", "cpu") and hierarchy != "0" and enabled == "1":
+                in_v1.append(name)
+    unified = Path("/sys/fs/cgroup/unified/cgroup.controllers")
+    offered = unified.read_text().split() if unified.exists() else []
+    return (
+        "no delegated cgroup v2 subtree here: the kernel keeps "
+        f"{', '.join(in_v1) or 'the needed controllers'} in v1 hierarchies, so a cgroup2 "
+        f"hierarchy offers only {offered or 'no controller'} (not memory, pids, cpu)"
+    )
+
+
 def make(version: int, name: str) -> BaseRankCgroup:
     if version == 2:
         if not _v2_delegated():
-            pytest.skip("no delegated cgroup v2 subtree on this machine (v1 only)")
+            pytest.skip(v2_reason())
         return CgroupV2(name, LIMITS)
     try:
         return CgroupV1(name, LIMITS)
@@ -101,3 +124,34 @@ def test_cpu_time_is_held_to_the_quota(group: BaseRankCgroup):
 def test_the_node_says_whether_it_can_make_rank_cgroups():
     problem = cgroup_problem()
     assert problem is None or "cgroup" in problem
+
+
+def _group_weighs_its_ranks(group_folder: Path, name: str) -> bool:
+    """The group's weight equals the sum of its ranks' weights, read at one moment: other test
+    workers' ranks come and go in the same group, so a read that straddles one is read again."""
+    for _ in range(100):
+        siblings = sum(
+            int((child / name).read_text())
+            for child in group_folder.iterdir()
+            if child.is_dir() and (child / name).exists()
+        )
+        if int((group_folder / name).read_text()) == siblings:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_ranks_weigh_by_their_cpus_and_their_group_by_the_sum(group: BaseRankCgroup):
+    """The group of every rank cgroup weighs what its ranks weigh together (at one task's
+    weight, the default, all contained ranks together got one busy process's share)."""
+    name = "cpu.shares" if group.version == 1 else "cpu.weight"
+    folder = next(f for f in group.folders() if (f / name).exists())
+    assert int((folder / name).read_text()) == (512 if group.version == 1 else 50)  # 0.5 CPU
+    assert _group_weighs_its_ranks(folder.parent, name)  # this rank's among them
+    second = make(group.version, f"{folder.name}-second")
+    try:
+        assert (folder.parent / f"{folder.name}-second" / name).exists()
+        assert _group_weighs_its_ranks(folder.parent, name)  # the second's weight added
+    finally:
+        second.remove()
+    assert _group_weighs_its_ranks(folder.parent, name)  # and taken off again

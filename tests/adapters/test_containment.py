@@ -93,6 +93,42 @@ def test_the_filter_refuses_user_namespaces_and_leaves_the_rest(bwrap: str) -> N
     assert str(GIB // 2 // 1024) in done.stdout  # /dev/shm of its size
 
 
+TRACE_A_CHILD = r"""
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+PTRACE_TRACEME, PTRACE_CONT, PTRACE_ATTACH, PTRACE_SEIZE = 0, 7, 16, 0x4206
+child = os.fork()
+if child == 0:  # a debugger's child: asks to be traced, then stops
+    if libc.ptrace(PTRACE_TRACEME, 0, None, None) != 0:
+        os._exit(3)
+    os.kill(os.getpid(), signal.SIGSTOP)
+    os._exit(0)
+_, status = os.waitpid(child, os.WUNTRACED)
+print("CHILD_STOPPED" if os.WIFSTOPPED(status) else f"CHILD_STATUS {status}")
+print("CONT", libc.ptrace(PTRACE_CONT, child, None, None))  # a tracee's request: allowed
+_, status = os.waitpid(child, 0)
+print("CHILD_EXIT", os.waitstatus_to_exitcode(status))
+for name, request in (("ATTACH", PTRACE_ATTACH), ("SEIZE", PTRACE_SEIZE)):
+    result = libc.ptrace(request, os.getppid(), None, None)  # not a child: refused
+    print(name, result, ctypes.get_errno())
+"""
+
+
+def test_the_filter_lets_a_rank_trace_its_children_and_nothing_else(bwrap: str) -> None:
+    import errno
+    import shlex
+
+    done = run_sandboxed(bwrap, f"python3 -c {shlex.quote(TRACE_A_CHILD)}")
+    lines = done.stdout.splitlines()
+    assert "CHILD_STOPPED" in lines, done
+    assert "CONT 0" in lines, done
+    assert "CHILD_EXIT 0" in lines, done
+    assert f"ATTACH -1 {errno.EPERM}" in lines, done
+    assert f"SEIZE -1 {errno.EPERM}" in lines, done
+
+
 @pytest.fixture
 def api() -> Iterator[tuple[str, int]]:
     class Hello(http.server.BaseHTTPRequestHandler):

@@ -53,6 +53,34 @@ def test_ranks_that_ask_at_once_fetch_once(tmp_path: Path) -> None:
     assert list((tmp_path / "incoming").iterdir()) == []
 
 
+def _hold_until_both_hold(root: str, raw: bytes, sha: str, me: int) -> bool:
+    """Acquire, then wait (as ranks in a rendezvous do) until the other process holds it too."""
+    cache = DatasetCache(root)
+    held = cache.acquire(sha, len(raw), lambda out: out.write(raw))
+    Path(root, f"holding-{me}").touch()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if Path(root, f"holding-{1 - me}").exists():
+            cache.release(held)
+            return True
+        time.sleep(0.05)
+    cache.release(held)
+    return False
+
+
+def test_two_ranks_of_one_trial_on_a_node_hold_a_version_at_once(tmp_path: Path) -> None:
+    # a rank keeps the version held while it runs; the other rank of its trial must not wait
+    # for that (they would wait for each other: one in the rendezvous, one for the lock)
+    raw, sha = archive({"a.txt": b"alpha"})
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(2) as pool:
+        both = pool.starmap(_hold_until_both_hold, [(str(tmp_path), raw, sha, i) for i in (0, 1)])
+    assert both == [True, True]
+    record = DatasetCache(tmp_path).record(sha)
+    assert record is not None
+    assert (record.fetches, record.hits) == (1, 1)
+
+
 def test_least_recently_used_go_first_but_not_one_in_use(tmp_path: Path) -> None:
     # 8,000 bytes on disk each, 10,240 as an archive: room for two and the next one's archive
     versions = [archive({"x.bin": bytes([i]) * 8000}) for i in range(4)]

@@ -4,6 +4,8 @@ its record is stale, stopped without touching any other Ray instance of the mach
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -40,7 +42,7 @@ def test_start_reuse_replace_stale_and_stop(
 
         started = time.monotonic()
         assert ensure_local_ray(tmp_path, num_cpus=1) == address  # reused
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 10.0  # a start takes longer (and a new address)
     finally:
         stop_local_ray(tmp_path)
 
@@ -49,3 +51,21 @@ def test_start_reuse_replace_stale_and_stop(
     assert not Path(record.temp_dir).exists()
     assert len(ray_executor.cluster_nodes()) == 1  # the session's head is untouched
     stop_local_ray(tmp_path)  # stopping twice is fine
+
+
+def test_a_failed_start_finds_the_processes_that_name_only_its_gcs_port(tmp_path: Path) -> None:
+    # Ray's client server names the head by --address=IP:PORT only: a start that failed before
+    # its IP was known kills it by the port it picked (it leaked, importing Ray, before)
+    argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    ours = subprocess.Popen([*argv, "--address=192.0.2.9:40123"])
+    other = subprocess.Popen([*argv, "--address=192.0.2.9:140123"])
+    try:
+        record = HeadRecord(":40123", str(tmp_path / "ray"), 0.0)
+        found = {p.pid for p in _head_processes(record, with_descendants=False)}
+        assert ours.pid in found
+        assert other.pid not in found
+    finally:
+        ours.kill()
+        other.kill()
+        ours.wait()
+        other.wait()

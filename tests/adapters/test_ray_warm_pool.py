@@ -139,7 +139,11 @@ def test_size_zero_runs_no_pool_and_ranks_start_cold(
     RayExecutor(ray_address, namespace=TEST_NAMESPACE, warm_pool_size=0)  # stops them
     import ray
 
-    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    names = [  # control planes of other tests keep pools in namespaces of their own
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a.get("namespace") == TEST_NAMESPACE
+    ]
     assert not any(n.startswith(warm_pool.ACTOR_PREFIX) for n in names)
     probes, _ = run_probe(ray_executor, launch(ray_executor, 105))
     assert not any(p["preloaded"] or p["warm"] for p in probes), probes
@@ -173,3 +177,48 @@ def test_a_warm_rank_is_terminated_like_a_cold_one(warm_executor: RayExecutor) -
         assert all(r.exit_code is not None and r.exit_code < 0 for r in status.ranks), status
     finally:
         warm_executor.release(attempt.attempt_key)
+
+
+FORKER = textwrap.dedent(
+    """
+    import os, time
+    child = os.fork()
+    if child == 0:
+        time.sleep(120)
+        os._exit(0)
+    print("PIDS", os.getpid(), child, flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_node_monitoring_finds_a_warm_rank_and_what_it_forked(warm_executor: RayExecutor) -> None:
+    import psutil
+
+    from trainhub.adapters.monitor.sampler import NodeSampler
+
+    attempt = replace(
+        launch(warm_executor, 106), context_archive=make_context({"probe.py": FORKER})
+    )
+    warm_executor.launch(attempt)
+    try:
+        watch = Watch(warm_executor, attempt.attempt_key)
+        watch.until(lambda s: all("PIDS" in watch.text(r) for r in (0, 1)), timeout_s=120)
+        pids = [int(p) for r in (0, 1) for p in watch.text(r).split("PIDS ")[1].split()[:2]]
+        # what the processes' own environment says: the zygote's, without the trial
+        assert all(psutil.Process(p).environ().get("TRAINHUB_TRIAL_ID") != "106" for p in pids)
+        for pid in pids:
+            assert (warm_pool.warm_rank_environment(pid) or {}).get("TRAINHUB_TRIAL_ID") == "106"
+        sampler = NodeSampler("node")
+        sampler.sample()
+        time.sleep(0.3)
+        usage = sampler.sample().trials
+        assert 106 in usage, usage
+        assert usage[106][1] > 0  # resident memory of the ranks and their children
+        ranks = [pids[0], pids[2]]
+    finally:
+        warm_executor.release(attempt.attempt_key)
+    deadline = time.monotonic() + 10
+    while any(r in warm_pool.registered_ranks() for r in ranks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(r in warm_pool.registered_ranks() for r in ranks)  # unregistered when reaped

@@ -127,6 +127,46 @@ def test_write_at_appends_and_read_range(store: ArtifactStore) -> None:
     assert store.size("logs/r0") == 12
 
 
+def test_many_appends_read_back_whole_and_in_order(store: ArtifactStore) -> None:
+    # a log: a line per append (more appends than a bucket keeps small segments of)
+    lines = [f"step {i} loss {1 / (i + 1):.4f}\n".encode() for i in range(150)]
+    at = 0
+    for line in lines:
+        store.write_at("logs/r1", at, line)
+        at += len(line)
+    whole = b"".join(lines)
+    assert store.size("logs/r1") == len(whole)
+    assert store.exists("logs/r1")
+    assert store.get("logs/r1") == whole
+    assert store.read_range("logs/r1", 0) == whole
+    assert store.read_range("logs/r1", 1000, 333) == whole[1000:1333]
+    assert store.read_range("logs/r1", len(whole) - 40) == whole[-40:]
+    assert b"".join(store.iter_chunks("logs/r1", 100)) == whole
+    assert store.list("logs/") == [BlobInfo("logs/r1", len(whole))]
+    # written again from the middle (a restarted control plane repeating an append)
+    store.write_at("logs/r1", 500, b"again\n")
+    assert store.get("logs/r1") == whole[:500] + b"again\n"
+    store.delete("logs/r1")
+    assert not store.exists("logs/r1")
+    assert store.list("logs/") == []
+
+
+def test_a_whole_put_and_appends_replace_each_other(store: ArtifactStore) -> None:
+    store.write_at("logs/r2", 0, b"first ")
+    store.write_at("logs/r2", 6, b"second\n")
+    store.put("logs/r2", b"rewritten\n")  # the log cap's rewrite
+    assert store.get("logs/r2") == b"rewritten\n"
+    assert store.size("logs/r2") == 10
+    store.write_at("logs/r2", 10, b"then more\n")
+    assert store.get("logs/r2") == b"rewritten\nthen more\n"
+    assert store.list("logs/") == [BlobInfo("logs/r2", 20)]
+    store.write_at("logs/r2", 0, b"")  # truncated to nothing: an empty blob
+    assert store.exists("logs/r2")
+    assert store.get("logs/r2") == b""
+    store.write_at("logs/r2", 0, b"anew")
+    assert store.get("logs/r2") == b"anew"
+
+
 def test_a_set_is_visible_only_after_its_manifest(store: ArtifactStore) -> None:
     prefix = "t/7/ckpt/abc"
     shards = {f"rank-{r}.pt": blob((3 << 20) + r, seed=r) for r in range(3)}
@@ -176,3 +216,39 @@ def test_many_writers_at_once(store: ArtifactStore) -> None:
         sizes = list(pool.map(save, range(8)))
     assert sizes == [1 << 20] * 8
     assert all(store.get(f"par/{i}") == blob(1 << 20, seed=i) for i in range(8))
+
+
+def test_unfinished_writes_are_listed_and_aborted(store: ArtifactStore) -> None:
+    """A writer never committed (its process killed) leaves an unfinished write that ``list``
+    never shows and ``list_unfinished`` does; aborting it frees it (ADR 0047)."""
+    import contextlib
+    import time
+
+    store.put("ckpt/done.pt", b"whole")
+    writer = store.open_writer("ckpt/sub/killed.pt")
+    writer.write(blob(6 << 20))  # more than a part on S3: a multipart upload is open
+    wait_sent = getattr(writer, "wait_sent", None)
+    if wait_sent is not None:
+        wait_sent()
+    assert [b.key for b in store.list("ckpt/")] == ["ckpt/done.pt"]
+    (found,) = store.list_unfinished("ckpt/")
+    assert found.key.startswith("ckpt/sub/")
+    assert abs(found.started_at - time.time()) < 300
+    assert store.list_unfinished("other/") == []
+    store.abort_unfinished(found)
+    store.abort_unfinished(found)  # idempotent
+    assert store.list_unfinished("ckpt/") == []
+    assert [b.key for b in store.list("ckpt/")] == ["ckpt/done.pt"]
+    with contextlib.suppress(Exception):  # its upload is gone already
+        writer.abort()
+
+
+def test_committed_and_aborted_writers_leave_no_unfinished_write(store: ArtifactStore) -> None:
+    kept = store.open_writer("ckpt/a.pt")
+    kept.write(blob(6 << 20))
+    kept.commit()
+    dropped = store.open_writer("ckpt/b.pt")
+    dropped.write(blob(6 << 20))
+    dropped.abort()
+    assert store.list_unfinished("ckpt/") == []
+    assert [b.key for b in store.list("ckpt/")] == ["ckpt/a.pt"]

@@ -18,6 +18,7 @@ from trainhub.adapters.db.profile_store import SqlProfileStore
 from trainhub.adapters.db.registry_store import SqlModelStore
 from trainhub.adapters.db.sample_store import SqlSampleStore
 from trainhub.adapters.db.search_repository import SqlSearchUnitOfWork
+from trainhub.adapters.db.session_store import SqlSessionLimitStore
 from trainhub.adapters.envs.uv import UvEnvironments
 from trainhub.adapters.monitor.node_store import SqlNodeControlStore
 from trainhub.adapters.optuna_search import OptunaSearch
@@ -37,6 +38,7 @@ from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService, NodeInventory, NodeSample
 from trainhub.service.profiling import ProfilingService
 from trainhub.service.registry import RegistryService
+from trainhub.service.sessions import SessionService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
@@ -140,6 +142,10 @@ def build_bounded_api(
         cluster_nodes=lambda: NODES,
         datasets=datasets,
         environments=environments,
+        # and the sessions' routes (no executor: a session queues and is never reached here)
+        sessions=SessionService(
+            uow, SqlSessionLimitStore(engine), experiments, system_clock, b"test-key"
+        ),
     )
     issued = admin.bootstrap()
     assert issued is not None

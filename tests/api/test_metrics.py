@@ -186,3 +186,74 @@ def test_a_trial_shows_the_gpus_it_uses_to_whoever_may_see_it(mapi: Api) -> None
     outsider = mapi.user("eve", "other")
     denied = mapi.client.get("/api/v1/trials/1/gpus", headers=mapi.headers(outsider))
     assert denied.status_code == 404
+
+
+def test_network_bytes_are_a_counter_per_tenant_trial_direction_and_scope(mapi: Api) -> None:
+    from trainhub.core.traffic import Scope, Source, TrafficDelta
+
+    files = {"context": ("context.tar.gz", CONTEXT, "application/gzip")}
+    r = mapi.client.post(
+        "/api/v1/experiments", data={"spec": SPEC}, files=files, headers=mapi.headers()
+    )
+    assert r.status_code == 201, r.text
+    with mapi.services.uow() as repo:
+        attempt = repo.add_attempt(1, 1, "k1", ["n" * 20], None, None, mapi.services.clock())
+        deltas = [
+            TrafficDelta(attempt.id, 0, Scope.INTER, 5000, 7000, Source.KERNEL),
+            TrafficDelta(attempt.id, 0, Scope.INTRA, 300, 300, Source.KERNEL),
+        ]
+        repo.add_traffic("2026-11-27", {attempt.id: 1}, deltas)
+    text = mapi.client.get("/metrics", headers=mapi.headers()).text
+    assert "# TYPE trainhub_network_bytes_total counter" in text
+    for direction, scope, value in (
+        ("sent", "inter-node", 5000),
+        ("received", "inter-node", 7000),
+        ("sent", "intra-node", 300),
+    ):
+        assert (
+            f'trainhub_network_bytes_total{{direction="{direction}",scope="{scope}",'
+            f'tenant="default",trial="1"}} {value}.0'
+        ) in text
+
+
+def test_admins_label_nodes_and_specs_name_the_levels(mapi: Api) -> None:
+    services, monitoring = mapi.services, mapi.services.monitoring
+    assert monitoring is not None
+    # as server.py wires it: the submit check reads the nodes with their labels
+    services.experiments.cluster_nodes = lambda: monitoring.labelled(services.cluster_nodes())
+    member = mapi.user("bob", "default")
+    body = {"labels": {"rack": "r3", "block": "b1"}}
+    denied = mapi.client.post("/api/v1/nodes/gpu-a/labels", json=body, headers=mapi.headers(member))
+    assert denied.status_code == 403
+    bad = mapi.client.post(
+        "/api/v1/nodes/gpu-a/labels", json={"labels": {"rack": "r 3"}}, headers=mapi.headers()
+    )
+    assert bad.status_code == 422
+    r = mapi.client.post("/api/v1/nodes/gpu-a/labels", json=body, headers=mapi.headers())
+    assert r.status_code == 200, r.text
+    assert r.json()["labels"] == {"rack": "r3", "block": "b1"}
+    files = {"context": ("context.tar.gz", CONTEXT, "application/gzip")}
+
+    def submit(resources: str) -> object:
+        spec = f"{SPEC}resources: {resources}\n"
+        return mapi.client.post(
+            "/api/v1/experiments", data={"spec": spec}, files=files, headers=mapi.headers()
+        )
+
+    ok = submit("{workers: 1, gpus_per_worker: 1, topology: {required: rack}}")
+    assert ok.status_code == 201, ok.text  # type: ignore[attr-defined]
+    # the one rack (one node of 1 GPU) can never hold two
+    never = submit("{workers: 2, gpus_per_worker: 1, topology: {required: rack}}")
+    assert never.status_code == 422  # type: ignore[attr-defined]
+    assert "resources.topology.required" in never.text  # type: ignore[attr-defined]
+    assert "largest rack (r3)" in never.text  # type: ignore[attr-defined]
+    # nodes carry no block... they do here: unlabel it, then a block is no node's level
+    mapi.client.post(
+        "/api/v1/nodes/gpu-a/labels", json={"labels": {"block": ""}}, headers=mapi.headers()
+    )
+    none = submit("{workers: 1, gpus_per_worker: 1, topology: {preferred: block}}")
+    assert none.status_code == 422  # type: ignore[attr-defined]
+    assert "no node carries the level block" in none.text  # type: ignore[attr-defined]
+    both = submit("{workers: 1, topology: {required: rack, preferred: rack}}")
+    assert both.status_code == 422  # type: ignore[attr-defined]
+    assert "resources.topology" in both.text  # type: ignore[attr-defined]

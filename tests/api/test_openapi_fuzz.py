@@ -43,7 +43,8 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, str]
 def _fuzz(api: Api, token: str | None) -> tuple[list[str], Counter[int]]:
     """Run every operation's generated cases; return the failures (one line each) and how
     often each status code was answered."""
-    schema = schemathesis.openapi.from_asgi("/api/v1/openapi.json", api.client.app)
+    # the schema's request gets schemathesis' default 10 s: a loaded machine took longer
+    schema = schemathesis.openapi.from_asgi("/api/v1/openapi.json", api.client.app, timeout=120)
     failures: list[str] = []
     statuses: Counter[int] = Counter()
     for result in schema.get_all_operations():

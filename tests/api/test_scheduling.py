@@ -96,7 +96,10 @@ def test_usage_counts_slot_hours_of_attempts(api: Api) -> None:
     csv = api.client.get(
         "/api/v1/usage", params={"since": now - 4 * 3600, "format": "csv"}, headers=h
     )
-    assert csv.text.splitlines()[0] == "day,tenant,user,project,slot_hours"
+    assert csv.text.splitlines()[0] == (
+        "day,tenant,user,project,slot_hours,inter_node_sent_bytes,inter_node_received_bytes,"
+        "intra_node_bytes"
+    )
     # another tenant's member sees none of it
     bob = api.user("bob", "speech")
     assert (

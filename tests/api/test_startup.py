@@ -48,7 +48,8 @@ def test_marks_become_phases_once_per_attempt(api: Api) -> None:
     shown = console.export_text()
     assert "startup" in shown
     assert "process-group init" in shown
-    assert "1 warm" in shown
+    assert "attempt 1" in shown  # a column per attempt, the warm one marked under it
+    assert "warm" in shown.split("attempt 1", 1)[1]
     records = [TrialEvent(e["time"], e["kind"], e["message"]) for e in trial["events"]]
     page = startup_context(records)
     assert [row.attempt for row in page["startups"]] == [1]

@@ -70,6 +70,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         )
         assert profile.status_code == 201, profile.text
         profile_id = profile.json()["id"]
+        session = api.client.post("/api/v1/sessions", json={}, headers=api.headers(alice))
+        assert session.status_code == 201, session.text
         outsiders = {
             role: api.headers(api.user(f"b-{role}", "speech", role))
             for role in ("admin", "member", "viewer")
@@ -93,6 +95,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "rank": 0,
             "index": 0,
             "key": "0123456789abcdef",  # an environment's hash prefix (admins remove them)
+            "uuid": "0123456789abcdef0123456789abcdef",  # a sharded checkpoint's set
+            "session_id": session.json()["id"],
         }
         yield World(api, ids, outsiders)
     api.services.uow.engine.dispose()  # type: ignore[attr-defined]
@@ -131,6 +135,25 @@ _BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "params": {"uuid": "planted", "step": 999},
         "content": b"evil",
     },
+    ("POST", "/api/v1/trials/{trial_id}/checkpoints/direct"): {
+        "json": {"uuid": "planted", "step": 999, "size_bytes": 4}
+    },
+    ("POST", "/api/v1/trials/{trial_id}/checkpoints/direct/complete"): {
+        "json": {"uuid": "planted", "step": 999, "size_bytes": 4, "upload_id": "planted"}
+    },
+    ("PUT", "/api/v1/trials/{trial_id}/checkpoints/sets/{uuid}/members/{name}"): {
+        "params": {"step": 999},
+        "content": b"evil",
+    },
+    ("POST", "/api/v1/trials/{trial_id}/checkpoints/sets/{uuid}/members/{name}/direct"): {
+        "json": {"step": 999, "size_bytes": 4}
+    },
+    ("POST", "/api/v1/trials/{trial_id}/checkpoints/sets/{uuid}/members/{name}/direct/complete"): {
+        "json": {"step": 999, "size_bytes": 4, "upload_id": "planted"}
+    },
+    ("POST", "/api/v1/trials/{trial_id}/checkpoints/sets/{uuid}/ranks/{rank}"): {
+        "json": {"world_size": 1, "step": 999, "members": []}
+    },
     ("POST", "/api/v1/trials/{trial_id}/startup"): {
         "json": {"attempt": 1, "marks": {"first_step_at": 1.0}}
     },
@@ -158,6 +181,8 @@ _BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/templates/{name}/submit"): {"json": {"tenant": "vision"}},
     # tenant A's trial is the first one: registering it into a model is refused to outsiders
     ("POST", "/api/v1/models"): {"json": {"trial_id": 1, "name": "stolen"}},
+    ("POST", "/api/v1/sessions"): {"json": {"tenant": "vision"}},
+    ("PUT", "/api/v1/tenants/{tenant}/session-limits"): {"json": {"max_gpus": 64}},
 }
 # routes without an object of tenant A in their path: what they answer must not show A
 _LISTINGS = {
@@ -177,6 +202,7 @@ _LISTINGS = {
     ("GET", "/api/v1/models"),  # models of the caller's tenants and those shared with them
     ("GET", "/api/v1/datasets"),  # datasets of the caller's tenants and those shared with them
     ("GET", "/api/v1/environments"),  # environments of the caller's tenants' experiments
+    ("GET", "/api/v1/sessions"),  # sessions of the caller's tenants
 }
 # creating routes: refused to non-admins; to a tenant admin of B they touch only B
 _CREATING = {
@@ -186,6 +212,7 @@ _CREATING = {
     ("POST", "/api/v1/experiments"),  # into tenant A
     ("POST", "/api/v1/templates"),  # into tenant A
     ("POST", "/api/v1/models"),  # from tenant A's trial
+    ("POST", "/api/v1/sessions"),  # into tenant A
 }
 
 

@@ -147,3 +147,53 @@ def test_delete_a_version_refused_while_a_trial_starts_from_it(live: LiveServer,
     assert "registered vision/digits:3" in again.output
     bob = api.user("bob", "default")
     assert cli("models", "delete", "vision/digits:3", token=bob).exit_code == 2  # not his
+
+
+def test_a_version_registered_before_the_check_is_rechecked_and_never_suggested(
+    live: LiveServer, cli: Cli
+) -> None:
+    """A version kept before registration checked weights: the server's re-check marks it,
+    `models show` says why, and suggest ranks the version before it instead."""
+    from trainhub.service.registry import NewVersion
+
+    api = live.api
+    alice = api.user("alice", "vision")
+    trial_id = submit(api, alice, SPEC).json()["trials"][0]["id"]
+    own = start_attempt(api, trial_id)
+    _checkpoint(live, trial_id, own, models.create("lenet5", num_classes=10).state_dict())
+    registered = cli("models", "register", str(trial_id), "--name", "digits", token=alice)
+    assert registered.exit_code == 0, registered.output
+    registry = api.services.models
+    assert registry is not None
+    # version 2 as an older server kept it: a hand-written LeNet's tensors, never checked
+    buffer = io.BytesIO()
+    torch.save({"model": {"conv1.weight": torch.zeros(6, 1, 5, 5)}}, buffer)
+    key = "tenants/vision/models/digits/old.ckpt"
+    writer = registry.store.open_writer(key)
+    writer.write(buffer.getvalue())
+    size = writer.commit()
+    arch = {"zoo": "lenet5", "args": {"num_classes": 10}, "input": [1, 28, 28]}
+    old = NewVersion(arch, {"val_accuracy": 0.99}, {}, {"trial_id": trial_id})
+    registry.models.add_version("vision", "digits", "", key, size, old, "alice", 1.0)
+    listed = api.client.get("/api/v1/models/digits", headers=api.headers(alice)).json()
+    assert [v["weights_fit"] for v in listed["versions"]] == [True, None]
+
+    from trainhub.server import recheck_weights
+
+    recheck_weights(api.services)  # what the server runs, aside, after it starts
+    assert registry.recheck_weights() == {"fit": 0, "misfit": 0}  # each version once
+    shown = cli("models", "show", "digits:2", token=alice)
+    version = json.loads(shown.output)
+    assert version["weights_fit"] is False
+    assert "missing features.0.weight" in version["weights_problem"]
+    assert "unexpected conv1.weight" in version["weights_problem"]
+    table = cli("models", "show", "digits", token=alice).output
+    assert "weights do not load" in table
+    assert "version 2: its weights do not load into lenet5" in table
+    suggested = cli("models", "suggest", "--input", "1x28x28", "--classes", "10", token=alice)
+    assert suggested.exit_code == 0, suggested.output
+    assert "vision/digits:1" in suggested.output
+    rows = [line for line in suggested.output.splitlines() if line.startswith("│")]
+    assert any("vision/digits:1" in row for row in rows)
+    assert not any("digits:2" in row for row in rows)
+    assert "left out: vision/digits:2: its weights do not load" in suggested.output

@@ -176,9 +176,18 @@ def test_usage_csv_and_periods(cli: Cli, live: LiveServer) -> None:
     assert result.exit_code == 0, result.output
     rows = list(csv.reader(io.StringIO(result.stdout)))
     assert rows == [
-        ["day", "tenant", "user", "project", "slot_hours"],
-        ["2024-05-01", "default", "bob", "vision", "4.0000"],
-        ["2024-05-02", "default", "bob", "vision", "4.0000"],
+        [
+            "day",
+            "tenant",
+            "user",
+            "project",
+            "slot_hours",
+            "inter_node_sent_bytes",
+            "inter_node_received_bytes",
+            "intra_node_bytes",
+        ],
+        ["2024-05-01", "default", "bob", "vision", "4.0000", "0", "0", "0"],
+        ["2024-05-02", "default", "bob", "vision", "4.0000", "0", "0", "0"],
     ]
     table = cli("usage", "--since", "2024-05-02T00:00", "--until", "2024-05-03").stdout
     assert "usage 2024-05-02 00:00 to 2024-05-03 00:00 UTC (1d 00h)" in table

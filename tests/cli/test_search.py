@@ -69,7 +69,7 @@ def test_trials_sorted_by_metric_with_hparams_as_columns(
     assert "epochs" not in table.split("same in every trial")[1].split("\n", 1)[1]
     assert "2/4 trials: 0 done" in cli("show", str(experiment_id)).output
     csv_text = cli("trials", str(experiment_id), "--csv").output.splitlines()
-    assert csv_text[0] == "id,state,acc,done,lr,width,epochs,why"
+    assert csv_text[0] == "trial,state,acc,done,lr,width,epochs,why"
     assert len(csv_text) == 3
 
 

@@ -74,11 +74,21 @@ def test_a_trial_on_one_node_gets_a_network_of_its_own() -> None:
     assert "net" in profile.namespaces
 
 
-def test_a_trial_across_nodes_keeps_the_node_network_and_says_so() -> None:
+def test_a_trial_across_nodes_gets_a_tunnel_of_its_own() -> None:
     profile = isolation_profile(TrialResources(cpus_per_worker=1, num_nodes=2), NODE)
+    assert profile.network == NetworkMode.TRIAL
+    assert "net" in profile.namespaces
+    assert "its 2 nodes (a tunnel of its own)" in profile.network_note
+
+
+def test_without_tunnels_a_trial_across_nodes_keeps_the_node_network_and_says_so() -> None:
+    node = NodeIsolation(cross_node=False)
+    profile = isolation_profile(TrialResources(cpus_per_worker=1, num_nodes=2), node)
     assert profile.network == NetworkMode.HOST
     assert "net" not in profile.namespaces
     assert "spans nodes" in profile.network_note
+    single = isolation_profile(TrialResources(cpus_per_worker=1), node)
+    assert single.network == NetworkMode.TRIAL  # one node needs no tunnel
 
 
 def test_what_the_node_cannot_do_is_off_in_the_profile() -> None:
@@ -96,9 +106,12 @@ def test_every_profile_masks_sys_starts_a_session_and_refuses_namespaces() -> No
     profile = isolation_profile(TrialResources(cpus_per_worker=1), NODE)
     assert profile.mask_sys
     assert profile.new_session
-    for name in ("unshare", "mount", "bpf", "keyctl", "perf_event_open", "ptrace"):
+    for name in ("unshare", "mount", "bpf", "keyctl", "perf_event_open", "process_vm_writev"):
         assert name in profile.denied_syscalls
     assert profile.denied_syscalls == DENIED_SYSCALLS
+    # ptrace is refused by its request (attach, seize), not as a whole: children may be traced
+    assert "ptrace" not in profile.denied_syscalls
+    assert "ptrace of its own children only" in profile.summary()["seccomp"]
 
 
 def test_the_summary_is_what_a_user_reads() -> None:

@@ -177,3 +177,17 @@ def test_a_second_oom_at_the_same_point_is_final() -> None:
     assert out_of_memory_again(oom, None, checkpointed_since=False) is None
     assert out_of_memory_again(oom, "rank 0 exited with code 1", checkpointed_since=False) is None
     assert out_of_memory_again("rank 0 exited with code 1", oom, checkpointed_since=False) is None
+
+
+def test_a_federated_client_that_never_joined_fails_once_with_its_last_line() -> None:
+    from trainhub.core.verdicts import EXIT_CLIENT_NEVER_JOINED
+
+    ranks = (
+        Rank(0, RankPhase.EXITED, -15),  # the server, stopped by the client's fail-fast
+        Rank(2, RankPhase.EXITED, EXIT_CLIENT_NEVER_JOINED, "RuntimeError: no weights"),
+    )
+    verdict = judge(facts(), Status(AttemptPhase.EXITED, ranks), 10, LIMITS)
+    assert isinstance(verdict, EndAttempt)
+    assert (verdict.outcome, verdict.retry) == (AttemptOutcome.FAILED, False)
+    assert verdict.detail.startswith("federated client 1 (rank 2) failed before it joined")
+    assert "RuntimeError: no weights" in verdict.detail

@@ -132,6 +132,8 @@ def test_mnist_missing_in_a_trial_says_what_a_trial_user_can_do(
     assert "admin" in text  # who can fix it
     assert 'load("digits")' in text
     assert "root=" in text  # what the user can do now
+    assert "trainhub data push mnist" in text  # a dataset of their own tenant
+    assert 'root="/data/mnist"' in text
     assert "set TRAINHUB_DATA_DIR" not in text
     monkeypatch.setenv("TRAINHUB_DATA_DIR", "/datasets")
     with pytest.raises(FileNotFoundError, match=r"datasets folder \(/datasets\) has no mnist/"):
@@ -139,3 +141,20 @@ def test_mnist_missing_in_a_trial_says_what_a_trial_user_can_do(
     monkeypatch.delenv("TRAINHUB_TRIAL_ID")
     with pytest.raises(FileNotFoundError, match="/datasets/mnist does not exist"):
         data.load("mnist")
+
+
+def test_mnist_from_a_mounted_dataset_is_read_where_the_rank_sees_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pushed MNIST mounted at /data/mnist: an unsandboxed rank reads the node's copy."""
+    import json
+
+    copy = tmp_path / "cache" / "mnist"
+    copy.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    write_idx(copy / "t10k-images-idx3-ubyte.gz", rng.integers(0, 255, (30, 28, 28)))
+    write_idx(copy / "t10k-labels-idx1-ubyte.gz", rng.integers(0, 10, 30))
+    monkeypatch.setenv("TRAINHUB_DATA_MOUNTS", json.dumps({"/data/mnist": str(copy)}))
+    splits = data.load("mnist", root="/data/mnist", train_size=20, val_size=10)
+    assert (len(splits.train), len(splits.val)) == (20, 10)
+    assert str(copy) in splits.description

@@ -74,3 +74,29 @@ def test_fp16_scaler_on_gpu() -> None:
     precision.step(opt)
     assert precision.scaler is not None
     assert precision.state_dict()["scale"] > 0
+
+
+def test_pipeline_bubble_and_tensor_comm_are_phases_of_their_own() -> None:
+    from torch import nn
+
+    from trainhub.core.step_timing import step_timing
+    from trainhub.distributed_contract import DistributedSpec
+    from trainhub.runtime.distributed.parallel import parallelize
+
+    # one process: a ParallelModel whose times the pipeline and DTensor would advance
+    par = parallelize(nn.Linear(2, 2), DistributedSpec(), device="cpu", loss_fn=nn.MSELoss())
+    timer = StepTimer(parallel=par)
+    with timer.phase("forward"):
+        time.sleep(0.2)
+        par.times.step_s += 0.2
+        par.times.compute_s += 0.1  # so 0.1 s idle: the bubble
+        par.times.tp_comm_s += 0.05
+    timer.end_step(num_samples=4)
+    summary = timer.summary()
+    assert summary["time/bubble_share"] == pytest.approx(0.5, abs=0.15)
+    assert summary["time/tp_comm_share"] == pytest.approx(0.25, abs=0.1)
+    assert summary["time/forward_share"] == pytest.approx(0.25, abs=0.15)
+    assert sum(v for k, v in summary.items() if k.endswith("_share")) == pytest.approx(1.0)
+    timing = step_timing(summary)  # what `trainhub show` and the trial page list
+    assert timing is not None
+    assert {"bubble", "tp_comm"} <= {phase.name for phase in timing.phases}

@@ -205,7 +205,8 @@ CLONE_NEWUSER = 0x10000000
 result = libc.unshare(CLONE_NEWUSER)
 report("user_namespace_syscall", result == 0, f"errno {ctypes.get_errno()}")
 syscall("keyctl", 250, 0, -3, 0)  # KEYCTL_GET_KEYRING_ID of the session keyring
-syscall("ptrace_traceme", 101, 0, 0, 0, 0)
+syscall("ptrace_attach_parent", 101, 16, os.getppid(), 0, 0)  # PTRACE_ATTACH, not a child
+syscall("ptrace_seize_parent", 101, 0x4206, os.getppid(), 0, 0)  # PTRACE_SEIZE
 cgroups = ("/sys/fs/cgroup/memory", "/sys/fs/cgroup/cgroup.controllers")
 report("sys_cgroup_visible", any(os.path.exists(p) for p in cgroups), os.listdir("/sys"))
 report("sys_net_visible", os.path.exists("/sys/class/net"), "")
@@ -257,7 +258,7 @@ for step in range(steps):
         y = x @ x
     dist.all_reduce(y)
     elapsed = time.perf_counter() - began
-    ctx.report(step=step, step_time_s=elapsed, value=float(step))
+    ctx.report(step=step, step_time_s=elapsed, value=float(step), at=time.time())
     time.sleep(float(os.environ.get("NEIGHBOUR_SLEEP_S", "0.2")))
 print("NEIGHBOUR DONE", flush=True)
 """

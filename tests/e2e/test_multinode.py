@@ -150,7 +150,12 @@ def plane(gpu_cluster: GpuCluster, tmp_path: Path) -> Iterator[ControlPlaneProce
     """A control plane with the fair-share policy, short protection times, on the cluster."""
     home = tmp_path / "home"
     home.mkdir()
-    settings = {"policy": "fair", "min_run_time_s": 1.0, "preemption_cooldown_s": 0.0}
+    settings = {
+        "policy": "fair",
+        "min_run_time_s": 1.0,
+        "preemption_cooldown_s": 0.0,
+        "reclaim_rate": 0.0,  # a small cluster's reclaim budget would hold a second reclaim
+    }
     control = ControlPlaneProcess(home, gpu_cluster.address, settings=settings)
     control.start()
     try:

@@ -18,6 +18,7 @@ import pytest
 
 from tests.fixtures.control_plane import ControlPlaneProcess
 from tests.fixtures.seaweedfs import SeaweedS3
+from trainhub.adapters.storage.s3 import S3ArtifactStore
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray, pytest.mark.slow]
 
@@ -54,15 +55,17 @@ max_restarts: 1
 
 @pytest.fixture
 def s3_plane(
-    ray_address: str, tmp_path: Path, seaweed: SeaweedS3
+    request: pytest.FixtureRequest, ray_address: str, tmp_path: Path, seaweed: SeaweedS3
 ) -> Iterator[tuple[ControlPlaneProcess, str]]:
+    """The server on a bucket; ``request.param`` (indirect): its ``--rank-storage``."""
     home = tmp_path / "home"
     home.mkdir()
     url = seaweed.new_url("cluster-a")
+    route = getattr(request, "param", "control-plane")
     plane = ControlPlaneProcess(
         home,
         ray_address,
-        settings={"storage_url": url, "s3_endpoint": seaweed.endpoint},
+        settings={"storage_url": url, "s3_endpoint": seaweed.endpoint, "rank_storage": route},
         env=seaweed.env,
     )
     plane.start()
@@ -72,6 +75,9 @@ def s3_plane(
         plane.stop()
 
 
+# direct: the rank moves its checkpoints with presigned URLs (or, where its network reaches
+# only the control plane, falls back to the control plane's route): the same outcome
+@pytest.mark.parametrize("s3_plane", ["control-plane", "direct"], indirect=True)
 def test_a_trial_checkpoints_restarts_and_restores_from_the_bucket(
     s3_plane: tuple[ControlPlaneProcess, str], seaweed: SeaweedS3, tmp_path: Path
 ) -> None:
@@ -98,9 +104,12 @@ def test_a_trial_checkpoints_restarts_and_restores_from_the_bucket(
     keys = {o["Key"]: o["Size"] for o in listed.get("Contents", [])}
     tenant = f"{prefix}/tenants/default"
     assert any(k.startswith(f"{tenant}/contexts/") for k in keys), keys
+    # logs are segment objects beside the prefix (s3_segments.py), one blob each to the store
+    store = S3ArtifactStore(url, endpoint_url=seaweed.endpoint, client=seaweed.client())
+    logs = {b.key: b.size for b in store.list("tenants/default/logs/")}
     for attempt in (1, 2):
-        log = f"{tenant}/logs/trial-{trial_id}/attempt-{attempt}/rank-0.log"
-        assert keys.get(log, 0) > 0, keys
+        log = f"tenants/default/logs/trial-{trial_id}/attempt-{attempt}/rank-0.log"
+        assert logs.get(log, 0) > 0, logs
     stored = sorted(k for k in keys if k.startswith(f"{tenant}/checkpoints/trial-{trial_id}/"))
     assert len(stored) == 2  # keep_latest: 2, retention deletes from the bucket too
     # ... counted as the bucket holds them (the bytes quotas and retention use)

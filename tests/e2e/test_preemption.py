@@ -76,8 +76,10 @@ def submit(plane: ControlPlaneProcess, tenant: str, text: str, context: Path) ->
 def plane(ray_address: str, tmp_path: Path) -> Any:
     home = tmp_path / "home"
     home.mkdir()
-    # preempt as soon as the guarantee asks; the loop's own waits are the production ones
-    settings = {"min_run_time_s": 1.0, "preemption_cooldown_s": 0.0}
+    # preempt as soon as the guarantee asks, at any rate (a 6-slot cluster's reclaim budget
+    # would otherwise hold a second reclaim for most of an hour); the loop's own waits are
+    # the production ones
+    settings = {"min_run_time_s": 1.0, "preemption_cooldown_s": 0.0, "reclaim_rate": 0.0}
     plane = ControlPlaneProcess(home, ray_address, settings=settings)
     plane.start()
     try:

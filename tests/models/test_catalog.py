@@ -42,3 +42,33 @@ def test_architectures_designed_for_the_input_come_first_among_untrained() -> No
     assert cifar[:2] == ["zoo:resnet20", "zoo:resnet18"]
     mnist = [f.candidate.ref for f in suggest(MNIST)]
     assert mnist[0] == "zoo:lenet5"
+
+
+def test_a_version_whose_weights_do_not_load_is_never_ranked() -> None:
+    from trainhub.models.catalog import left_out, suggest
+
+    arch = {"zoo": "lenet5", "args": {"num_classes": 10}, "input": [1, 28, 28]}
+
+    def version(n: int, fit: bool | None, problem: str = "") -> dict[str, object]:
+        return {
+            "ref": f"vision/digits:{n}",
+            "version": n,
+            "arch": arch,
+            "metrics": {"val_accuracy": 0.5 + n / 10},
+            "weights_fit": fit,
+            "weights_problem": problem,
+        }
+
+    broken = version(3, False, "missing features.0.weight")
+    registered = [
+        {"latest": broken, "versions": [version(1, None), version(2, True), broken]},
+        {"latest": version(1, False, "unexpected fc3.weight") | {"ref": "vision/hand:1"}},
+    ]
+    refs = [f.candidate.ref for f in suggest(MNIST, registered)]
+    assert "vision/digits:2" in refs  # the newest version that loads stands for the model
+    assert "vision/digits:3" not in refs
+    assert "vision/hand:1" not in refs  # no version of it loads: not offered at all
+    assert left_out(registered) == [
+        ("vision/digits:3", "missing features.0.weight"),
+        ("vision/hand:1", "unexpected fc3.weight"),
+    ]

@@ -59,6 +59,33 @@ def test_token_transformer() -> None:
         net(torch.randint(0, 100, (2, 17)))
 
 
+def test_transformer_attention_is_multihead_attention_and_loads_its_checkpoints() -> None:
+    """q, k, v and out as four Linears (splittable by heads) compute what
+    nn.MultiheadAttention does, and a state dict saved with it loads."""
+    torch.manual_seed(0)
+    old = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    net = models.create("transformer", input_dim=6, max_length=5, dim=16, depth=2, num_heads=4)
+    attention = net.blocks[0].attention
+    attention.load_state_dict(old.state_dict())
+    x = torch.randn(3, 5, 16)
+    expected, _ = old(x, x, x, need_weights=False)
+    assert torch.allclose(attention(x), expected, atol=1e-6)
+    assert models.count_parameters(attention) == models.count_parameters(old)
+
+
+def test_transformer_tensor_plan_splits_attention_by_whole_heads() -> None:
+    net = models.create("transformer", input_dim=6, max_length=4, dim=16, depth=2, num_heads=2)
+    split = net.tensor_parallel_plan(2)
+    assert split["blocks.1.attention.query"] == "colwise"
+    assert split["blocks.1.attention.out"] == "rowwise"
+    assert split["blocks.1.mlp.3"] == "rowwise"
+    assert len(split) == 12
+    # 4 ranks cannot share 2 heads: attention stays replicated, the MLPs are split
+    assert sorted(net.tensor_parallel_plan(4)) == [
+        f"blocks.{i}.mlp.{j}" for i in (0, 1) for j in (0, 3)
+    ]
+
+
 def test_mlp_width_for_a_parameter_budget() -> None:
     width = hidden_for_parameters(784, 10, 10_000_000)
     net = models.create("mlp", in_features=784, hidden=(width, width))

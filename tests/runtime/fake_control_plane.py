@@ -22,6 +22,7 @@ from trainhub.runtime import protocol
 _METRICS = re.compile(r"^/api/v1/trials/(\d+)/metrics$")
 _CHECKPOINTS = re.compile(r"^/api/v1/trials/(\d+)/checkpoints$")
 _CHECKPOINT_FILE = re.compile(r"^/api/v1/trials/(\d+)/checkpoints/(\d+)/file$")
+_MANIFEST = re.compile(r"^/api/v1/trials/(\d+)/checkpoints/(\d+)/manifest$")
 _SIGNALS = re.compile(r"^/api/v1/trials/(\d+)/signals$")
 
 
@@ -151,6 +152,14 @@ def _handler_for(plane: FakeControlPlane) -> type[BaseHTTPRequestHandler]:
                 return True
             return False
 
+        def _checkpoint(self, wanted: int) -> list[StoredCheckpoint]:
+            """The checkpoint of id ``wanted`` (one or none); a 404 sent where none."""
+            with plane.lock:
+                found = [c for c in plane.checkpoints.values() if c.id == wanted]
+            if not found:
+                self._reply(404, {"detail": "no such checkpoint"})
+            return found
+
         def do_GET(self) -> None:
             path = urlparse(self.path).path
             if match := _SIGNALS.match(path):
@@ -163,17 +172,25 @@ def _handler_for(plane: FakeControlPlane) -> type[BaseHTTPRequestHandler]:
             elif match := _CHECKPOINT_FILE.match(path):
                 if self._refuse("file"):
                     return
-                wanted = int(match.group(2))
-                with plane.lock:
-                    found = [c for c in plane.checkpoints.values() if c.id == wanted]
+                found = self._checkpoint(int(match.group(2)))
                 if not found:
-                    self._reply(404, {"detail": "no such checkpoint"})
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "application/octet-stream")
                 self.send_header("Content-Length", str(len(found[0].data)))
                 self.end_headers()
                 self.wfile.write(found[0].data)
+            elif match := _MANIFEST.match(path):
+                # every checkpoint here is one file: the answer a restore reads before it
+                # downloads (the real route says the same of a one-file checkpoint)
+                if self._refuse("file"):
+                    return
+                found = self._checkpoint(int(match.group(2)))
+                if not found:
+                    return
+                c = found[0]
+                record = {"id": c.id, "uuid": c.uuid, "step": c.step, "metrics": c.metrics}
+                self._reply(200, {"sharded": False, "checkpoint": record})
             else:
                 self._reply(404, {"detail": "no route"})
 

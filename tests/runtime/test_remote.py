@@ -155,6 +155,22 @@ def test_checkpoint_is_uploaded_and_registered(managed_env: FakeControlPlane) ->
     assert not handle.path.exists()  # the spool copy goes once uploaded
 
 
+def test_the_metrics_reported_before_a_checkpoint_land_before_it_is_registered(
+    managed_env: FakeControlPlane,
+) -> None:
+    # a node that dies right after a checkpoint is registered must not take the metrics of
+    # the steps before it along: the resumed trial starts after the checkpoint's step and
+    # never reports them again (tests/distributed/test_no_shared_folder.py)
+    ctx = trainhub.init(options=FAST.replace(metrics_batch_s=60.0))
+    for step in range(4):
+        ctx.report(step=step, loss=1.0 / (step + 1))
+    handle = ctx.save_checkpoint({"w": torch.zeros(2)}, step=3)
+    assert handle is not None
+    assert handle.wait(timeout_s=10)
+    assert [p["step"] for p in managed_env.points()] == [0, 1, 2, 3]  # not 60 s later
+    assert ctx.close(timeout_s=10)
+
+
 def test_an_upload_retried_after_a_lost_answer_registers_one_checkpoint(
     managed_env: FakeControlPlane,
 ) -> None:

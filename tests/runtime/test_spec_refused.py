@@ -56,3 +56,32 @@ def test_transient_errors_are_not_refusals() -> None:
         raise ValueError("distill.hints: the student has no layer named 'x'")
     with pytest.raises(TeacherUnreachable), refusing_the_spec():
         raise TeacherUnreachable("teacher: the control plane cannot be reached")
+
+
+PARALLEL = """
+import torch, trainhub
+from trainhub import models
+ctx = trainhub.init(metrics_file="m.jsonl")
+model = models.create("transformer", input_dim=4, max_length=4, dim=8, depth=2, num_heads=2)
+ctx.parallelize(model, loss_fn=torch.nn.functional.cross_entropy, split_points=["blocks.9"])
+"""
+
+
+def test_a_pipeline_the_world_cannot_hold_exits_78(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(PARALLEL)
+    import json
+    import os
+
+    section = {"pipeline": {"stages": 2, "microbatches": 2}}
+    done = subprocess.run(
+        [sys.executable, "train.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "TRAINHUB_DISTRIBUTED": json.dumps(section)},
+    )
+    assert done.returncode == protocol.EXIT_SPEC_REFUSED, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "SpecRefused: distributed.pipeline" in last, last

@@ -20,6 +20,7 @@ from trainhub.service.admin import AdminService, authenticate_with
 from trainhub.service.control_loop import ControlLoop, LoopConfig, TickReport
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.ports import (
+    ArtifactStore,
     AttemptLaunch,
     AttemptPhase,
     AttemptStatus,
@@ -157,12 +158,14 @@ class LoopHarness:
         nodes: Sequence[Node],
         config: LoopConfig | None = None,
         db_url: str | None = None,
+        store: ArtifactStore | None = None,
+        clock: SteppedClock | None = None,
     ) -> None:
-        self.clock = SteppedClock()
+        self.clock = clock or SteppedClock()
         self.engine = make_engine(db_url or f"sqlite:///{root / 'trainhub.db'}")
         migrate_once(self.engine)
         self.uow = SqlUnitOfWork(self.engine)
-        self.store = LocalArtifactStore(root / "artifacts")
+        self.store = store or LocalArtifactStore(root / "artifacts")
         self.executor = FakeExecutor(nodes)
         self.admin = AdminService(self.uow, self.clock)
         issued = self.admin.bootstrap()

@@ -155,6 +155,32 @@ def test_a_cordoned_node_gets_no_new_trials(h: LoopHarness, monitor: FakeMonitor
     assert placed_on(h, trial) == {"node-1"}
 
 
+def test_the_queue_says_cordoned_or_unhealthy_as_the_cause_is(
+    h: LoopHarness, monitor: FakeMonitor
+) -> None:
+    service = h.loop.monitoring
+    assert service is not None
+    for node in ("node-0", "node-1"):
+        service.set_control(h.principal, node, cordoned=True, draining=False)
+    report_all(h, monitor)
+    trial = h.submit(SPEC)
+    assert h.tick().started == []
+    reason = h.trial(trial).pending_reason or ""
+    assert "the nodes it fits on are cordoned (node-0, node-1)" in reason
+    assert "uncordons one" in reason
+    assert "unhealthy" not in reason
+    assert "never" not in reason
+    # uncordoned, but the agents went silent: unhealthy, which an uncordon does not fix
+    for node in ("node-0", "node-1"):
+        service.set_control(h.principal, node, cordoned=False, draining=False)
+    h.clock.step(60)
+    h.tick()
+    reason = h.trial(trial).pending_reason or ""
+    assert "the nodes it fits on are unhealthy (node-0, node-1)" in reason
+    assert "healthy again" in reason
+    assert "cordon" not in reason
+
+
 def test_a_node_with_ecc_errors_is_skipped_and_its_history_kept(
     h: LoopHarness, monitor: FakeMonitor
 ) -> None:
@@ -175,6 +201,18 @@ def test_a_node_with_ecc_errors_is_skipped_and_its_history_kept(
     ]
 
 
+def test_without_monitoring_nodes_stay_schedulable_past_the_grace_period(
+    h: LoopHarness,
+) -> None:
+    # `--monitor-interval 0`: no agent ever reports; the executor's view decides alone
+    h.loop.monitoring = MonitoringService(None, SqlNodeControlStore(h.engine), h.clock)
+    h.tick()
+    h.clock.step(300)
+    trial_id = h.submit(SPEC)
+    h.tick()
+    assert h.trial(trial_id).state == TrialState.SCHEDULED, h.trial(trial_id).pending_reason
+
+
 def test_a_lost_agent_stops_new_trials_on_its_node(h: LoopHarness, monitor: FakeMonitor) -> None:
     report_all(h, monitor)
     h.tick()
@@ -184,7 +222,7 @@ def test_a_lost_agent_stops_new_trials_on_its_node(h: LoopHarness, monitor: Fake
     h.tick()
     assert placed_on(h, trial) == {"node-1"}
     assert h.loop.monitoring is not None
-    assert h.loop.monitoring.node_overlay()["node-0"] == (False, None)
+    assert h.loop.monitoring.node_overlay()["node-0"] == (False, None, "unhealthy", None)
 
 
 def test_draining_preempts_by_checkpoint_and_the_trial_resumes_elsewhere(
@@ -217,8 +255,8 @@ def test_temperatures_reach_the_scheduler(h: LoopHarness, monitor: FakeMonitor) 
     assert h.loop.monitoring is not None
     h.loop.monitoring.refresh(["node-0", "node-1"])
     overlay = h.loop.monitoring.node_overlay()
-    assert overlay["node-0"] == (True, 91.0)
-    assert overlay["node-1"] == (True, None)
+    assert overlay["node-0"] == (True, 91.0, "", None)
+    assert overlay["node-1"] == (True, None, "", None)
 
 
 class SlowInventory(FakeMonitor):
@@ -241,3 +279,36 @@ def test_the_inventory_is_asked_for_until_every_node_has_one(h: LoopHarness) -> 
     assert {n.node_id: n.inventory for n in service.nodes()}["node-0"] is not None
     service.refresh(["node-0"])
     assert monitor.asked == 2  # not again until the refresh interval has passed
+
+
+def test_labels_from_the_agent_and_stored_ones_reach_the_scheduler_and_submit(
+    h: LoopHarness, monitor: FakeMonitor
+) -> None:
+    """Topology labels (issue 30): the agent's configured ones, `trainhub nodes label`'s over
+    them (stored: a new service reads them back), on the overlay and on the nodes the submit
+    check reads."""
+    assert h.loop.monitoring is not None
+    monitoring = h.loop.monitoring
+    monitor.inventory = lambda: [  # type: ignore[method-assign]
+        NodeInventory(
+            node_id="node-0",
+            hostname="gpu-a",
+            cpu_model="x",
+            num_cores=8,
+            memory_gb=8.0,
+            labels={"rack": "r1", "block": "b1"},
+        )
+    ]
+    monitoring.refresh(["node-0", "node-1"])
+    assert monitoring.node_overlay()["node-0"].labels == {"rack": "r1", "block": "b1"}
+    monitoring.set_labels(h.principal, "node-0", {"rack": "r9"})
+    monitoring.set_labels(h.principal, "node-1", {"rack": "r2", "block": ""})
+    again = MonitoringService(monitor, SqlNodeControlStore(h.engine), h.clock)
+    again.refresh(["node-0", "node-1"])
+    overlay = again.node_overlay()
+    assert overlay["node-0"].labels == {"rack": "r9", "block": "b1"}
+    assert overlay["node-1"].labels == {"rack": "r2"}
+    labelled = again.labelled(cpu_nodes(2))
+    assert [n.labels for n in labelled] == [{"rack": "r9", "block": "b1"}, {"rack": "r2"}]
+    facts = with_overlay(NodeFacts(node_id="node-1", total_gpus=0, total_cpus=8.0), overlay)
+    assert facts.labels == {"rack": "r2"}

@@ -16,6 +16,14 @@ below never end in their preemption's checkpoint time.
 Durations are unknown to both (the simulator without ``known_durations``, the server without
 enough completed trials to estimate): the server's estimates come from its own history, which
 a trace does not have.
+
+Under realistic conditions (issue 27, ``test_a_ticking_loop_with_periodic_checkpoints...``)
+the loop ticks on a fixed period and sees each exit at the first tick after it (the
+simulator's ``tick_s``); jobs checkpoint periodically (the driver registers each checkpoint
+in the database at the instant the simulated job makes it, which is what the policy's view of
+the work at risk is read from), a preempted job exits ``checkpoint_time_s`` later and loses
+the work since its last checkpoint, and a restart pays its overhead before making progress.
+Duration estimates stay out (see above).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from trainhub.core.scheduling import (
     create_policy,
     split_decisions,
 )
+from trainhub.core.topology import TopologyNeed
 from trainhub.service.control_loop import LoopConfig
 from trainhub.sim.cluster import ClusterSpec
 from trainhub.sim.engine import SimConfig, Simulator
@@ -107,7 +116,12 @@ def make_policy(name: str, patience: bool = True) -> Recorder:
     return Recorder(create_policy(name, fair=fair, las=las))
 
 
-def simulate(name: str, jobs: Sequence[TraceJob] = JOBS, patience: bool = True) -> Log:
+def simulate(
+    name: str,
+    jobs: Sequence[TraceJob] = JOBS,
+    patience: bool = True,
+    cluster: ClusterSpec = CLUSTER,
+) -> Log:
     recorder = make_policy(name, patience)
     config = SimConfig(
         checkpoint_interval_s=0.0,
@@ -116,18 +130,25 @@ def simulate(name: str, jobs: Sequence[TraceJob] = JOBS, patience: bool = True) 
         restart_overhead_s=0.0,
         half_life_s=HALF_LIFE_S,
     )
-    Simulator(jobs, CLUSTER, recorder, TENANTS, config).run()
+    Simulator(jobs, cluster, recorder, TENANTS, config).run()
     return recorder.log
 
 
 def spec_of(job: TraceJob) -> str:
+    topology = ""
+    if job.topology is not None:
+        kind = "required" if job.topology.required else "preferred"
+        topology = f", topology: {{{kind}: {job.topology.level}}}"
     return (
         f"name: job-{job.job_id}\nentrypoint: sleep 1\n"
-        f"resources: {{workers: {job.num_gpus}, gpus_per_worker: 1, cpus_per_worker: 1}}\n"
+        f"resources: {{workers: {job.num_gpus}, gpus_per_worker: 1, cpus_per_worker: 1"
+        f"{topology}}}\n"
     )
 
 
-def drive_control_loop(name: str, root: Path, jobs: Sequence[TraceJob] = JOBS) -> Log:
+def drive_control_loop(
+    name: str, root: Path, jobs: Sequence[TraceJob] = JOBS, cluster: ClusterSpec = CLUSTER
+) -> Log:
     recorder = make_policy(name)
     config = LoopConfig(
         "http://127.0.0.1:1",
@@ -135,7 +156,7 @@ def drive_control_loop(name: str, root: Path, jobs: Sequence[TraceJob] = JOBS) -
         stop_wait_s=math.inf,  # the simulated scripts stop on should_stop(), never by SIGTERM
         estimate_min_samples=10**9,
     )
-    h = LoopHarness(root, recorder, [n.node() for n in CLUSTER.nodes], config)
+    h = LoopHarness(root, recorder, [n.node() for n in cluster.nodes], config)
     h.clock.now = 0.0
     try:
         for tenant, share in TENANTS.items():
@@ -199,6 +220,148 @@ def drive_control_loop(name: str, root: Path, jobs: Sequence[TraceJob] = JOBS) -
         h.close()
 
 
+# issue 27's realistic conditions: a 60 s tick, checkpoints every 400 s of work (none when
+# told to stop), a restart paying 45 s; the jobs' ends and checkpoints fall between ticks
+REALISTIC = SimConfig(
+    checkpoint_interval_s=400.0,
+    checkpoint_time_s=CHECKPOINT_TIME_S,
+    save_on_preempt=False,
+    restart_overhead_s=45.0,
+    half_life_s=HALF_LIFE_S,
+    tick_s=60.0,
+)
+
+
+def simulate_realistic(name: str, jobs: Sequence[TraceJob], sim: SimConfig = REALISTIC) -> Log:
+    recorder = make_policy(name)
+    Simulator(jobs, CLUSTER, recorder, TENANTS, sim).run()
+    return recorder.log
+
+
+def drive_ticking_loop(
+    name: str, root: Path, jobs: Sequence[TraceJob], sim: SimConfig = REALISTIC
+) -> tuple[Log, int]:
+    """The loop ticking every ``sim.tick_s``; between ticks the driver plays each job at its
+    exact times: arrivals, periodic checkpoints, exits (a finish, or a preempted job's exit
+    after saving nothing more than its last checkpoint). Returns the log and the number of
+    checkpoints registered."""
+    recorder = make_policy(name)
+    config = LoopConfig(
+        "http://127.0.0.1:1",
+        usage_half_life_s=HALF_LIFE_S,
+        stop_wait_s=math.inf,
+        estimate_min_samples=10**9,
+    )
+    h = LoopHarness(root, recorder, [n.node() for n in CLUSTER.nodes], config)
+    tick, every = sim.tick_s, sim.checkpoint_interval_s
+    try:
+        for tenant, share in TENANTS.items():
+            if tenant != "default":
+                h.admin.create_tenant(h.principal, tenant, share.guaranteed_slots)
+        remaining = {j.job_id: j.duration_s for j in jobs}
+        unfinished = set(remaining)
+        # (time, order, kind, trial, attempt): 0 arrival, 1 checkpoint, 2 finish, 3 exit
+        # after a preemption
+        plan: list[tuple[float, int, int, int, int]] = [
+            (j.submit_s, j.job_id, 0, j.job_id, 0) for j in jobs
+        ]
+        heapq.heapify(plan)
+        by_id = {j.job_id: j for j in jobs}
+        attempt: dict[int, int] = {}
+        # trial -> (its attempt's start, restart overhead): while it runs
+        started: dict[int, tuple[float, float]] = {}
+        checkpoints = seen = order = 0
+        now = 0.0
+        while unfinished:
+            assert now < 1e6, "the jobs never finished"
+            while plan and plan[0][0] <= now:
+                at, _, kind, trial_id, number = heapq.heappop(plan)
+                h.clock.now = at
+                if kind == 0:
+                    job = by_id[trial_id]
+                    assert h.submit(spec_of(job), tenant=job.tenant) == trial_id
+                    continue
+                if number != attempt[trial_id] or trial_id not in started:
+                    continue  # an attempt that already ended
+                key = h.key(trial_id)
+                if kind == 1:
+                    with h.uow() as repo:
+                        repo.add_checkpoint(
+                            trial_id, f"c{trial_id}-{number}-{at}", 0, number, {}, key, 0, at
+                        )
+                    checkpoints += 1
+                    continue
+                begun, cost = started.pop(trial_id)
+                if kind == 3:  # exits keeping the work up to its last checkpoint
+                    productive = max(0.0, at - begun - cost)
+                    remaining[trial_id] -= min(
+                        remaining[trial_id], math.floor(productive / every) * every
+                    )
+                else:
+                    unfinished.discard(trial_id)
+                h.executor.exit(key, [0] * len(h.executor.attempts[key].ranks))
+            h.clock.now = now
+            h.tick()
+            for at, what, trial_id, _ in recorder.log[seen:]:
+                assert at == now
+                order += 1
+                if what == "start":
+                    h.executor.run(h.key(trial_id))
+                    number = attempt[trial_id] = attempt.get(trial_id, 0) + 1
+                    cost = sim.restart_overhead_s if number > 1 else 0.0
+                    started[trial_id] = (now, cost)
+                    end = now + cost + remaining[trial_id]
+                    heapq.heappush(plan, (end, order, 2, trial_id, number))
+                    k = 1
+                    while now + cost + k * every < end:
+                        heapq.heappush(plan, (now + cost + k * every, order, 1, trial_id, number))
+                        k += 1
+                else:
+                    leave = now + sim.checkpoint_time_s
+                    heapq.heappush(plan, (leave, order, 3, trial_id, attempt[trial_id]))
+            seen = len(recorder.log)
+            now += tick
+        return recorder.log, checkpoints
+    finally:
+        h.close()
+
+
+# preemptions whose exits lose work, restarts, ends and checkpoints between ticks
+REALISTIC_JOBS = [
+    TraceJob(1, 0.0, 3000.0, 4, "a", cpus_per_worker=1.0),
+    TraceJob(2, 10.0, 2500.0, 4, "a", cpus_per_worker=1.0),
+    TraceJob(3, 20.0, 520.0, 2, "a", cpus_per_worker=1.0),
+    TraceJob(4, 1300.0, 1010.0, 4, "b", cpus_per_worker=1.0),
+    TraceJob(5, 1330.0, 430.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(6, 1400.0, 230.0, 1, "a", cpus_per_worker=1.0),
+    TraceJob(7, 2000.0, 610.0, 8, "b", cpus_per_worker=1.0),
+    TraceJob(8, 2100.0, 130.0, 1, "a", cpus_per_worker=1.0),
+    TraceJob(9, 6000.0, 310.0, 3, "b", cpus_per_worker=1.0),
+]
+
+
+@pytest.mark.parametrize("policy", ["fifo", "sjf", "las", "fair"])
+def test_a_ticking_loop_with_periodic_checkpoints_decides_as_the_simulator(
+    policy: str, tmp_path: Path
+) -> None:
+    expected = simulate_realistic(policy, REALISTIC_JOBS)
+    got, checkpoints = drive_ticking_loop(policy, tmp_path, REALISTIC_JOBS)
+    assert got == expected
+    assert checkpoints > 0
+    # every decision on a tick
+    assert all(at % REALISTIC.tick_s == 0 for at, _, _, _ in expected)
+
+
+def test_the_realistic_sequence_preempts_loses_work_and_restarts() -> None:
+    """Parity above covers preemptions whose exits lose work and restarts that pay for it."""
+    recorder = make_policy("fair")
+    result = Simulator(REALISTIC_JOBS, CLUSTER, recorder, TENANTS, REALISTIC).run()
+    assert any(what == "preempt" for _, what, _, _ in recorder.log)
+    assert result.lost_gpu_s > 0
+    starts = [t for _, what, t, _ in recorder.log if what == "start"]
+    assert len(starts) > len(set(starts))  # some trial started again
+
+
 @pytest.mark.parametrize("sequence", sorted(SEQUENCES))
 @pytest.mark.parametrize("policy", ["fifo", "sjf", "las", "fair"])
 def test_same_events_give_the_same_decisions(policy: str, sequence: str, tmp_path: Path) -> None:
@@ -220,3 +383,28 @@ def test_the_patience_sequence_waits_where_reclaiming_would_preempt() -> None:
     assert (111_000.0, "start", 4) in [(at, what, t) for at, what, t, _ in patient]
     eager = simulate("fair", PATIENCE_JOBS, patience=False)
     assert [t for _, what, t, _ in eager if what == "preempt"] == [3]
+
+
+# issue 30: racks of 2 nodes x 2 GPUs; gangs that require a rack or prefer one, small jobs that
+# fragment racks, a gang that waits for a rack to empty
+RACKS = ClusterSpec.racks(1, 2, 2, 2, cpus_per_node=64)
+RACK, PREFER = TopologyNeed("rack", True), TopologyNeed("rack", False)
+RACK_JOBS = [
+    TraceJob(1, 0.0, 3000.0, 1, "a", cpus_per_worker=1.0),
+    TraceJob(2, 10.0, 2500.0, 1, "a", cpus_per_worker=1.0, topology=PREFER),
+    TraceJob(3, 20.0, 800.0, 4, "b", cpus_per_worker=1.0, topology=RACK),
+    TraceJob(4, 30.0, 600.0, 2, "b", cpus_per_worker=1.0, topology=PREFER),
+    TraceJob(5, 900.0, 400.0, 3, "a", cpus_per_worker=1.0, topology=RACK),
+    TraceJob(6, 1000.0, 200.0, 1, "b", cpus_per_worker=1.0),
+]
+
+
+@pytest.mark.parametrize("policy", ["fifo", "fair"])
+def test_labelled_nodes_and_topology_gangs_decide_alike(policy: str, tmp_path: Path) -> None:
+    expected = simulate(policy, RACK_JOBS, cluster=RACKS)
+    labels = {n.node_id: n.labels["rack"] for n in RACKS.nodes}
+    for _, what, trial_id, placement in expected:
+        if what == "start" and trial_id in (3, 5):
+            assert len({labels[p] for p in placement}) == 1  # never straddles racks
+    assert any(what == "start" and t == 3 for _, what, t, _ in expected)
+    assert drive_control_loop(policy, tmp_path, RACK_JOBS, cluster=RACKS) == expected

@@ -28,12 +28,23 @@ def test_json_lines_per_policy_with_the_benchmark_keys(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*args, "-p", "fair", "-p", "sjf"])
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.output.splitlines()]
-    # FIFO ran as the baseline, but only the policies asked for are printed
+    # FIFO and LAS ran as the references, but only the policies asked for are printed
     assert [line["policy"] for line in lines] == ["fair", "sjf"]
     assert all(tuple(line) == LINE_KEYS for line in lines)
     assert lines[0]["cell"] == "small-1x8-full"
-    assert isinstance(lines[0]["avg_jct_vs_fifo"], float)
+    assert lines[0]["split"] is None  # a user's own trace: in no split of the benchmark
+    for key in (
+        "avg_jct_vs_fifo",
+        "fifo_wait_share",
+        "avg_jct_vs_las",
+        "las_avg_jct_vs_fifo",
+        "p99_slowdown_vs_fifo",
+        "tenant_weighted_jct_vs_fifo",
+    ):
+        assert isinstance(lines[0][key], float), key
     assert isinstance(lines[0]["fifo_queues"], bool)
+    # the same LAS reference on every line of the run
+    assert lines[0]["las_avg_jct_vs_fifo"] == lines[1]["las_avg_jct_vs_fifo"]
 
 
 def test_table_and_errors(tmp_path: Path) -> None:

@@ -204,3 +204,48 @@ def test_memory_requests_on_nodes_without_a_memory_size_are_measured() -> None:
     summary = Simulator(jobs, ClusterSpec.uniform(1, 2), FifoPolicy()).run().summary()
     assert summary["unfinished"] == 0
     assert summary["idle_while_fits"] == 0.0
+
+
+def test_a_ticking_loop_starts_on_ticks_and_sees_ends_at_the_next_tick() -> None:
+    """``tick_s``: a job arriving at 10 s starts at the 60 s tick; its end at 160 s is seen at
+    the 180 s tick, when the next job starts; the GPU is held until then."""
+    jobs = [job(0, 10, 100), job(1, 20, 50)]
+    sim = SimConfig(tick_s=60.0)
+    result = Simulator(jobs, ClusterSpec.uniform(1, 1), FifoPolicy(), config=sim).run()
+    records = by_job(result)
+    assert records[0].first_start_s == 60.0  # type: ignore[attr-defined]
+    assert records[0].finish_s == 180.0  # type: ignore[attr-defined]
+    assert records[1].first_start_s == 180.0  # type: ignore[attr-defined]
+    assert records[1].finish_s == 240.0  # type: ignore[attr-defined]
+
+
+def test_a_preempted_job_exiting_before_its_end_loses_work_even_when_both_fall_in_one_tick() -> (
+    None
+):
+    """A preemption at the 60 s tick: the job exits at 90 s (before its work would end at
+    100 s); both are seen at the 120 s tick, and the exit wins: the job queues again having
+    saved nothing (no checkpoint yet) and finishes after a restart."""
+
+    class PreemptAt60(BasePolicy):
+        name = "preempt-at-60"
+
+        def __init__(self) -> None:
+            self.inner = FifoPolicy()
+
+        def decide(self, snapshot: Snapshot) -> Sequence[object]:  # type: ignore[override]
+            if snapshot.now == 60.0 and snapshot.running:
+                from trainhub.core.scheduling import Preempt
+
+                return [Preempt(snapshot.running[0].trial_id, "test")]
+            return self.inner.decide(snapshot)
+
+    sim = SimConfig(tick_s=60.0, checkpoint_interval_s=600.0, restart_overhead_s=0.0)
+    # job 1 (2 GPUs, never fitting beside job 0) keeps something waiting, so the 60 s tick runs
+    jobs = [job(0, 0, 100), job(1, 30, 10, gpus=2)]
+    result = Simulator(jobs, ClusterSpec.uniform(1, 2), PreemptAt60(), config=sim)
+    done = result.run()
+    record = by_job(done)[0]
+    assert record.preemptions == 1  # type: ignore[attr-defined]
+    # restarted at the 120 s tick with all 100 s to do again: ends at 220 s, seen at 240 s
+    assert record.finish_s == 240.0  # type: ignore[attr-defined]
+    assert done.lost_gpu_s == pytest.approx(90.0)

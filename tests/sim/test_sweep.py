@@ -88,3 +88,66 @@ def test_cell_lines_have_the_benchmark_keys_and_ratios_against_fifo() -> None:
     nan = cell_lines("x", [dict(fair, avg_jct_s=math.nan)])[0]
     assert nan["avg_jct_vs_fifo"] is None
     assert nan["fifo_queues"] is False
+
+
+def test_cell_lines_against_las_per_tenant_and_by_slowdown() -> None:
+    """Issue 27's keys: LAS as the reference, tenants within their guarantee, each tenant
+    weighing the same, p99 slowdown."""
+    base = {
+        "avg_queueing_s": 50.0,
+        "fairness_min_ratio": 1.0,
+        "idle_while_fits": 0.0,
+        "utilisation_while_arriving": 0.9,
+        "preemptions_per_job": 0.0,
+        "wall_s": 1.0,
+        "p99_jct_s": 500.0,
+    }
+    fifo = dict(
+        base,
+        policy="fifo",
+        avg_jct_s=100.0,
+        p99_slowdown=10.0,
+        # x holds 1 job of 100 s on average, y 9 of 100 s; only x stayed within its guarantee
+        tenant_avg_jct_s={"x": 100.0, "y": 100.0},
+        within_guarantee=["x"],
+    )
+    las = dict(fifo, policy="las", avg_jct_s=50.0, p99_slowdown=2.0, within_guarantee=[])
+    fair = dict(
+        fifo,
+        policy="fair",
+        avg_jct_s=60.0,
+        p99_slowdown=5.0,
+        tenant_avg_jct_s={"x": 120.0, "y": 40.0},
+        within_guarantee=["x", "y"],
+    )
+    lines = {line["policy"]: line for line in cell_lines("c", [fifo, las, fair], split="test")}
+    line = lines["fair"]
+    assert line["split"] == "test"
+    assert line["fifo_wait_share"] == pytest.approx(0.5)
+    assert line["avg_jct_vs_las"] == pytest.approx(1.2)
+    assert line["las_avg_jct_vs_fifo"] == pytest.approx(0.5)
+    assert lines["fifo"]["las_avg_jct_vs_fifo"] == pytest.approx(0.5)
+    assert line["p99_slowdown_vs_fifo"] == pytest.approx(0.5)
+    # x and y were within their guarantee in fair's run: the worst of them, x, is 1.2x
+    assert line["within_guarantee_jct_vs_fifo"] == pytest.approx(1.2)
+    # each tenant weighs the same: (120 + 40) / 2 against 100
+    assert line["tenant_weighted_jct_vs_fifo"] == pytest.approx(0.8)
+    # without LAS in the run, the LAS ratios are null; without a tenant within its
+    # guarantee, so is that ratio
+    alone = cell_lines("c", [dict(fifo, within_guarantee=[]), dict(fair, within_guarantee=[])])
+    assert alone[1]["avg_jct_vs_las"] is None
+    assert alone[1]["within_guarantee_jct_vs_fifo"] is None
+
+
+def test_a_tenant_within_its_guarantee_is_found_by_its_peak_demand() -> None:
+    # x (guarantee 2) asks for 2 GPUs at most; y (guarantee 2) for 3 at once
+    jobs = [
+        TraceJob(0, 0.0, 100.0, 2, "x"),
+        TraceJob(1, 0.0, 100.0, 2, "y"),
+        TraceJob(2, 10.0, 100.0, 1, "y"),
+    ]
+    tenants = {"x": TenantShare(2), "y": TenantShare(2)}
+    summary = Simulator(jobs, ClusterSpec.uniform(1, 8), FifoPolicy(), tenants).run().summary()
+    assert summary["within_guarantee"] == ["x"]
+    assert summary["tenant_avg_jct_s"] == {"x": 100.0, "y": 100.0}
+    assert summary["p99_slowdown"] == pytest.approx(1.0)

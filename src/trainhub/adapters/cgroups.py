@@ -81,6 +81,9 @@ class BaseRankCgroup(ABC):
                         break
                     _kill_all(folder / "cgroup.procs")
                     time.sleep(0.002)
+            for name, least, most in (("cpu.shares", 2, 262_144), ("cpu.weight", 1, 10_000)):
+                if (folder.parent / name).exists() and folder.parent.name == GROUP:
+                    _weigh_group(folder.parent, name, least, most)
 
 
 class CgroupV1(BaseRankCgroup):
@@ -123,6 +126,8 @@ class CgroupV1(BaseRankCgroup):
         cpu = self._dirs["cpu"]
         _write(cpu / "cpu.cfs_period_us", limits.cpu_period_us)
         _write(cpu / "cpu.cfs_quota_us", limits.cpu_quota_us)
+        _write(cpu / "cpu.shares", max(2, round(1024 * _cpus(limits))))
+        _weigh_group(cpu.parent, "cpu.shares", 2, 262_144)
         if "cpuset" in self._dirs and limits.pinned_cpus:
             cpuset = self._dirs["cpuset"]
             _write(cpuset / "cpuset.mems", (cpuset.parent / "cpuset.mems").read_text().strip())
@@ -185,6 +190,8 @@ class CgroupV2(BaseRankCgroup):
                 _write(folder / "memory.oom.group", 1)
         _write(folder / "pids.max", limits.pids_max)
         _write(folder / "cpu.max", f"{limits.cpu_quota_us} {limits.cpu_period_us}")
+        _write(folder / "cpu.weight", max(1, min(10_000, round(100 * _cpus(limits)))))
+        _weigh_group(folder.parent, "cpu.weight", 1, 10_000)
         if limits.pinned_cpus and (folder / "cpuset.cpus").exists():
             _write(folder / "cpuset.cpus", _pick_cpus(folder.parent, limits.pinned_cpus, 2))
         if (folder / "io.weight").exists():
@@ -206,6 +213,30 @@ class CgroupV2(BaseRankCgroup):
 
     def folders(self) -> list[Path]:
         return [self._dir]
+
+
+class LeftoverCgroup(BaseRankCgroup):
+    """The folders of a rank's cgroup whose actor died (node_leftovers.py): removed, no more."""
+
+    version = 0
+
+    def __init__(self, folders: list[Path]) -> None:
+        self._folders = folders
+
+    def procs_files(self) -> list[str]:
+        return [str(f / "cgroup.procs") for f in self._folders]
+
+    def oom_kills(self) -> int:
+        return 0
+
+    def peak_memory_bytes(self) -> int:
+        return 0
+
+    def cpu_time_s(self) -> float:
+        return 0.0
+
+    def folders(self) -> list[Path]:
+        return list(self._folders)
 
 
 def create_rank_cgroup(name: str, limits: ResourceLimits) -> BaseRankCgroup:
@@ -307,6 +338,31 @@ def _pick_cpus(group: Path, count: int, version: int) -> str:
                         use[cpu] += 1
     chosen = sorted(cpus, key=lambda c: (use[c], c))[: min(count, len(cpus))]
     return ",".join(str(c) for c in sorted(chosen))
+
+
+def _cpus(limits: ResourceLimits) -> float:
+    return limits.cpu_quota_us / limits.cpu_period_us
+
+
+def _weigh_group(group: Path, name: str, least: int, most: int) -> None:
+    """Give the group of every rank cgroup the sum of its ranks' CPU weights.
+
+    The scheduler weighs a cgroup as one entity against its siblings: at the default weight
+    (one task's), every contained rank of the node together got what one busy host process
+    gets, and a busy rank took its share from its neighbours in the same group instead of
+    from the node (docs/adr/0030: measured). With the sum of its ranks' weights (one CPU's
+    per ``cpus_per_worker``), each rank competes with the node's other processes as its
+    reserved CPUs' worth of busy threads would, and one more rank adds its weight rather
+    than dividing the others'. Recomputed when a rank cgroup is made or removed (a dead
+    one counts until it is swept).
+    """
+    total = 0
+    with contextlib.suppress(OSError):
+        for child in group.iterdir():
+            if child.is_dir():
+                total += _read_int(child / name)
+    with contextlib.suppress(OSError):  # a group another writer just changed: next time
+        _write(group / name, max(least, min(most, total)))
 
 
 def _cpu_list(text: str) -> list[int]:

@@ -5,14 +5,19 @@ Layout under the cache root (``NODE_WORK_DIR/datasets`` by default)::
 
     entries/<sha256>/       the extracted archive; trials get it read-only (bind mount)
     records/<sha256>.json   what the cache knows of it: size, fetches, hits, last use
-    locks/<sha256>.lock     flock: exclusive while it is fetched or evicted, shared while a
-                            rank uses it (held by the rank's actor, so a crash releases it)
+    locks/<sha256>.lock     flock: exclusive while it is evicted, shared while a rank uses it
+                            (held by the rank's actor, so a crash releases it)
+    locks/<sha256>.fetch    flock: exclusive while one rank looks it up, fetches it or counts
+                            a hit (never held for longer)
     incoming/               downloads and extractions in progress (renamed into entries/)
 
-The first rank that needs a version takes the exclusive lock and fetches it; others on the node
-wait for the lock and find it there (``hits``), copying nothing. A version is published by one
-rename, so a fetch that dies half-way leaves nothing a later rank would trust. Past the size cap
-(``max_bytes``) the least recently used versions that no rank holds are removed.
+The first rank that needs a version fetches it under the fetch lock; others on the node wait for
+that lock and find it there (``hits``), copying nothing. Waiting for the use lock exclusively
+would wait for every rank that uses the version: two ranks of one trial on one node would wait
+for each other (the first in the rendezvous, the second for the first's lock). A version is
+published by one rename, so a fetch that dies half-way leaves nothing a later rank would trust.
+Past the size cap (``max_bytes``) the least recently used versions that no rank holds are
+removed.
 
 This module is imported inside Ray worker processes: standard library only.
 """
@@ -103,8 +108,10 @@ class DatasetCache:
             raise DatasetFetchError(f"not a SHA-256: {sha256!r}")
         start = time.monotonic()
         fd = self._lock(sha256)
+        guard = os.open(self.root / "locks" / f"{sha256}.fetch", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(guard, fcntl.LOCK_EX)  # one rank looks, fetches and counts at a time
+            fcntl.flock(fd, fcntl.LOCK_SH)  # in use from now on: eviction skips it
             entry = self.entry(sha256)
             now = time.time()
             record = self.record(sha256)
@@ -122,10 +129,11 @@ class DatasetCache:
             record.last_used = now
             record.last_ready_s = time.monotonic() - start
             self._write_record(record)
-            fcntl.flock(fd, fcntl.LOCK_SH)  # in use: eviction skips it
         except BaseException:
             os.close(fd)
             raise
+        finally:
+            os.close(guard)
         if copied:
             self.evict()
         return Acquired(sha256, self.entry(sha256), copied, record.last_ready_s, fd)

@@ -1,12 +1,13 @@
 """The seccomp filter of a sandboxed rank, compiled by libseccomp and handed to bwrap.
 
 The filter allows every syscall but those :data:`trainhub.core.isolation.DENIED_SYSCALLS`
-names (EPERM), ``clone`` with ``CLONE_NEWUSER`` (EPERM) and ``clone3`` (ENOSYS: its flags are
-out of a filter's reach, and the C library falls back to ``clone``). It is built with
-``pyseccomp`` (ctypes bindings of the system's libseccomp2, API-compatible with libseccomp's
-own Python module), once per process, and written to an anonymous file whose descriptor
-bwrap reads with ``--seccomp FD``; bwrap installs it right before it executes the rank, after it
-built the sandbox (its own mounts are not affected).
+names (EPERM), ``clone`` with ``CLONE_NEWUSER`` (EPERM), ``ptrace`` attaching to a process
+(EPERM: a rank traces only children that asked with ``PTRACE_TRACEME``) and ``clone3``
+(ENOSYS: its flags are out of a filter's reach, and the C library falls back to ``clone``).
+It is built with ``pyseccomp`` (ctypes bindings of the system's libseccomp2, API-compatible
+with libseccomp's own Python module), once per process, and written to an anonymous file
+whose descriptor bwrap reads with ``--seccomp FD``; bwrap installs it right before it
+executes the rank, after it built the sandbox (its own mounts are not affected).
 
 This module is imported inside Ray worker processes: standard library, pyseccomp lazily.
 """
@@ -18,7 +19,13 @@ import errno
 import functools
 import os
 
-from trainhub.core.isolation import FLAGS_HIDDEN, NO_NEW_USER_NAMESPACE
+from trainhub.core.isolation import (
+    FLAGS_HIDDEN,
+    NO_NEW_USER_NAMESPACE,
+    PTRACE_ATTACH,
+    PTRACE_SEIZE,
+    TRACE_OTHERS,
+)
 
 CLONE_NEWUSER = 0x10000000
 
@@ -53,6 +60,10 @@ def compiled_filter(denied: tuple[str, ...]) -> bytes:
             NO_NEW_USER_NAMESPACE,
             seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER),
         )
+        for request in (PTRACE_ATTACH, PTRACE_SEIZE):  # a child's PTRACE_TRACEME is allowed
+            rules.add_rule(
+                seccomp.ERRNO(errno.EPERM), TRACE_OTHERS, seccomp.Arg(0, seccomp.EQ, request)
+            )
         rules.add_rule(seccomp.ERRNO(errno.ENOSYS), FLAGS_HIDDEN)
         with os.fdopen(os.memfd_create("trainhub-seccomp-build", 0), "w+b") as sink:
             rules.export_bpf(sink)

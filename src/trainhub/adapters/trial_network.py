@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 NETNS_DIR = Path("/run/netns")
+READY_DIR = Path("/run/trainhub/netns-ready")
 CLONE_NEWNET = 0x40000000
 MS_BIND = 4096
 MNT_DETACH = 2
@@ -83,29 +84,43 @@ class TrialNetwork:
         self.name = name
         self.path = NETNS_DIR / name
 
+    @property
+    def ready_path(self) -> Path:
+        """Made once the namespace is complete (its tunnel too): what other ranks wait for."""
+        return READY_DIR / self.name
+
     @classmethod
-    def ensure(cls, name: str, addresses: list[str], timeout_s: float = 10.0) -> TrialNetwork:
-        """The namespace ``name``: made (loopback up, ``addresses`` on it) by the first rank
-        of the node to ask, waited for by the others."""
+    def ensure(
+        cls,
+        name: str,
+        addresses: list[str],
+        timeout_s: float = 10.0,
+        then: Callable[[TrialNetwork], None] | None = None,
+    ) -> TrialNetwork:
+        """The namespace ``name``: made (loopback up, ``addresses`` on it, then ``then`` done
+        to it: a tunnel) by the first rank of the node to ask, waited for by the others."""
         network = cls(name)
         NETNS_DIR.mkdir(parents=True, exist_ok=True)
+        READY_DIR.mkdir(parents=True, exist_ok=True)
         try:
             os.close(os.open(network.path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444))
-        except FileExistsError:  # another rank makes it: ready once it is mounted there
+        except FileExistsError:  # another rank makes it: ready once it says so
             network.wait_made(timeout_s)
             return network
         extra = [a for a in addresses if not ipaddress.ip_address(a).is_loopback]
         try:
             _in_new_namespace(lambda: _set_up(network.path, extra))
+            if then is not None:
+                then(network)
+            network.ready_path.touch()
         except BaseException:
-            with contextlib.suppress(OSError):
-                network.path.unlink()
+            network.remove()
             raise
         return network
 
     def wait_made(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        while not os.path.ismount(self.path):
+        while not (self.ready_path.exists() and os.path.ismount(self.path)):
             if time.monotonic() > deadline:
                 raise NetworkUnavailable(f"{self.path} was not made in {timeout_s} s")
             time.sleep(0.005)
@@ -119,6 +134,8 @@ class TrialNetwork:
         _LIBC.umount2(bytes(self.path), MNT_DETACH)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            self.ready_path.unlink()
 
 
 def join(fd: int) -> None:
@@ -137,6 +154,8 @@ class ApiRelay:
 
     def __init__(self, network: TrialNetwork, listen: tuple[str, int], target: tuple[str, int]):
         self._target = target
+        self._count_lock = threading.Lock()
+        self.bytes = 0  # copied either way: they crossed the namespace's loopback once
         self._server = _listen_inside(network, listen)
         self._closed = False
         self._thread = threading.Thread(target=self._accept, name="api-relay", daemon=True)
@@ -147,6 +166,10 @@ class ApiRelay:
         with contextlib.suppress(OSError):
             self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
+
+    def _count(self, n: int) -> None:
+        with self._count_lock:
+            self.bytes += n
 
     def _accept(self) -> None:
         while not self._closed:
@@ -165,19 +188,23 @@ class ApiRelay:
         outside.settimeout(None)
         for sock in (inside, outside):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        back = threading.Thread(target=_pump, args=(outside, inside), daemon=True)
+        back = threading.Thread(target=_pump, args=(outside, inside, self._count), daemon=True)
         back.start()
-        _pump(inside, outside)
+        _pump(inside, outside, self._count)
         back.join()
         inside.close()
         outside.close()
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
+def _pump(
+    source: socket.socket, sink: socket.socket, count: Callable[[int], None] | None = None
+) -> None:
     """Copy until ``source`` ends, then end ``sink``'s writing half (HTTP keep-alive safe)."""
     try:
         while data := source.recv(65536):
             sink.sendall(data)
+            if count is not None:
+                count(len(data))
     except OSError:
         pass
     finally:

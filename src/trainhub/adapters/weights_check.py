@@ -8,6 +8,7 @@ started from it. torch and the model zoo are imported here, on first use.
 from __future__ import annotations
 
 import io
+import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,7 +36,7 @@ class TorchWeightsCheck:
         try:
             loaded = torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True)
             state = extract_state_dict(loaded)
-        except (ValueError, RuntimeError, EOFError, OSError) as exc:
+        except (ValueError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as exc:
             return f"the checkpoint holds no readable weights ({exc})"
         expected = model.state_dict()
         missing = [k for k in expected if k not in state]

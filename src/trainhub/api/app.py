@@ -15,6 +15,7 @@ from trainhub.api.failed_auth import FailedAuthLimiter, NodeAddresses
 from trainhub.api.guard import RequestGuard
 from trainhub.api.routes import (
     admin,
+    checkpoint_sets,
     datasets,
     debugging,
     environments,
@@ -24,6 +25,8 @@ from trainhub.api.routes import (
     profiles,
     scheduling,
     search,
+    sessions,
+    trial_storage,
     trials,
 )
 from trainhub.core import limits
@@ -33,6 +36,7 @@ from trainhub.web.routes import mount_ui
 from trainhub.web.site import error_page
 
 _CHECKPOINT_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/checkpoints/?$")
+_SET_MEMBER_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/checkpoints/sets/[^/]+/members/[^/]+/?$")
 _DATASET_PUSH = re.compile(r"^/api/v1/datasets/[^/]+/archive/?$")
 _TRACE_UPLOAD = re.compile(r"^/api/v1/trials/[^/]+/profiles/[^/]+/ranks/[^/]+/trace/?$")
 # multipart framing around the archive and the spec
@@ -43,6 +47,8 @@ def body_limit(services: Services, method: str, path: str) -> int | None:
     """The most bytes a request body of this route may declare (None: the route checks)."""
     if method == "POST" and _CHECKPOINT_UPLOAD.match(path):
         return None  # bounded by the tenant's storage quotas, before the body is read
+    if method == "PUT" and _SET_MEMBER_UPLOAD.match(path):
+        return None  # a sharded checkpoint's file (ADR 0040): bounded as checkpoints are
     if method == "PUT" and _DATASET_PUSH.match(path):
         return None  # bounded by the tenant's storage quota, before the body is read
     if method == "POST" and path.rstrip("/") in ("/api/v1/experiments", "/api/v1/templates"):
@@ -103,6 +109,8 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
     api = _Prefixed(app, "/api/v1")
     api.include_router(experiments.router)
     api.include_router(trials.router)
+    api.include_router(trial_storage.router)
+    api.include_router(checkpoint_sets.router)
     api.include_router(admin.router)
     api.include_router(scheduling.router)
     api.include_router(search.router)
@@ -115,6 +123,7 @@ def create_app(services: Services, limiter: FailedAuthLimiter | None = None) -> 
 
     api.include_router(profiles.router)
     api.include_router(environments.router)
+    api.include_router(sessions.router)
     app.include_router(monitoring.metrics_router)
     if services.monitoring is not None:
         install_latency_middleware(app, services.monitoring)

@@ -48,6 +48,12 @@ class ModelVersionPublic(BaseModel):
     lineage: dict[str, Any]
     created_at: float
     created_by: str
+    weights_fit: bool | None = Field(
+        None,
+        description="Whether the weights load into arch: null where not checked (no zoo "
+        "architecture, or registered before registration checked it and not re-checked yet).",
+    )
+    weights_problem: str = Field("", description="What does not fit, when weights_fit is false.")
 
     @classmethod
     def of(cls, v: ModelVersion) -> ModelVersionPublic:
@@ -63,6 +69,8 @@ class ModelVersionPublic(BaseModel):
             lineage=v.lineage,
             created_at=v.created_at,
             created_by=v.created_by,
+            weights_fit=v.weights_fit,
+            weights_problem=v.weights_problem,
         )
 
 

@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
@@ -62,6 +67,7 @@ class ControlPlaneCollector(Collector):
             guaranteed.add_metric([tenant], facts.guaranteed_slots.get(tenant, 0))
         yield held
         yield guaranteed
+        yield self._network()
         monitoring = services.monitoring
         if monitoring is None:
             return
@@ -78,6 +84,20 @@ class ControlPlaneCollector(Collector):
             monitoring.api_latency,
         )
         yield from self._nodes(monitoring.nodes(), facts.trial_tenants)
+
+    def _network(self) -> Metric:
+        """Bytes each trial's ranks sent and received, per scope (docs/adr/0045)."""
+        family = CounterMetricFamily(
+            "trainhub_network_bytes",
+            "Network bytes a trial's ranks sent and received, inter-node or intra-node",
+            labels=["tenant", "trial", "direction", "scope"],
+        )
+        with self.services.uow() as repo:
+            rows = repo.traffic_by_trial()
+        for tenant, trial_id, scope, sent, received in rows:
+            family.add_metric([tenant, str(trial_id), "sent", scope], sent)
+            family.add_metric([tenant, str(trial_id), "received", scope], received)
+        return family
 
     @staticmethod
     def _nodes(nodes: Sequence[NodeStatus], trial_tenants: Mapping[int, str]) -> Iterator[Metric]:

@@ -552,6 +552,13 @@ class UsageRowPublic(BaseModel):
     user: str
     project: str
     slot_hours: float
+    inter_node_sent_bytes: int = Field(
+        default=0, description="Bytes the ranks sent to their trial's other nodes (ADR 0045)."
+    )
+    inter_node_received_bytes: int = 0
+    intra_node_bytes: int = Field(
+        default=0, description="Bytes the ranks of a trial sent each other within a node."
+    )
 
 
 class TenantSharePublic(BaseModel):

@@ -23,6 +23,7 @@ from trainhub.cli import (
     debugging,
     environments,
     experiments,
+    interactive,
     models,
     nodes,
     profile,
@@ -41,10 +42,26 @@ Policy = StrEnum("Policy", {name.upper(): name for name in POLICY_NAMES})  # typ
 _FAIR_DEFAULTS = FairShareConfig()
 
 
+class RankStorage(StrEnum):
+    CONTROL_PLANE = "control-plane"
+    DIRECT = "direct"
+
+
 class Sandbox(StrEnum):
     AUTO = "auto"
     BWRAP = "bwrap"
     NONE = "none"
+
+
+class SessionRelay(StrEnum):
+    AUTO = "auto"
+    ALWAYS = "always"
+
+
+class EnvBuild(StrEnum):
+    AUTO = "auto"
+    HERE = "here"
+    NODES = "nodes"
 
 
 app = typer.Typer(
@@ -89,6 +106,10 @@ app.add_typer(admin.tokens_app, name="tokens", rich_help_panel="Administration")
 app.command(rich_help_panel="Administration")(admin.cluster)
 app.add_typer(nodes.app, name="nodes", rich_help_panel="Administration")
 app.add_typer(environments.app, name="envs", rich_help_panel="Experiments")
+app.command(rich_help_panel="Sessions")(interactive.notebook)
+app.command(rich_help_panel="Sessions")(interactive.shell)
+app.command(rich_help_panel="Sessions")(interactive.tensorboard)
+app.add_typer(interactive.app, name="sessions", rich_help_panel="Sessions")
 
 
 server_app = typer.Typer(
@@ -133,6 +154,16 @@ def server(
             help="URL of an S3-compatible server for --storage s3://...; default: AWS.",
         ),
     ] = None,
+    rank_storage: Annotated[
+        RankStorage,
+        typer.Option(
+            envvar="TRAINHUB_RANK_STORAGE",
+            help="How ranks move checkpoints with --storage s3://...: 'control-plane' "
+            "(through the server's API) or 'direct' (to the bucket with presigned URLs the "
+            "server signs per trial and object; the endpoint must be reachable from the "
+            "nodes). ADR 0033.",
+        ),
+    ] = RankStorage.CONTROL_PLANE,
     host: Annotated[str, typer.Option(envvar="TRAINHUB_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="TRAINHUB_PORT", min=1, max=65535)] = 8080,
     home: Annotated[
@@ -193,6 +224,16 @@ def server(
             f"0 turns it off); default: {_FAIR_DEFAULTS.patience_share or 0:g}.",
         ),
     ] = None,
+    reclaim_rate: Annotated[
+        float | None,
+        typer.Option(
+            envvar="TRAINHUB_RECLAIM_RATE",
+            min=0.0,
+            help="The share of the cluster's slots that preemptions giving tenants back their "
+            "guarantees may take per hour (fair share; 0: unbounded); default: "
+            f"{_FAIR_DEFAULTS.reclaim_rate_share_per_h or 0:g}.",
+        ),
+    ] = None,
     usage_half_life_s: Annotated[
         float | None,
         typer.Option(
@@ -227,6 +268,15 @@ def server(
             "cluster, storage every node mounts at the same path (docs/environments.md).",
         ),
     ] = None,
+    env_build: Annotated[
+        EnvBuild,
+        typer.Option(
+            envvar="TRAINHUB_ENV_BUILD",
+            help="Where trial environments are installed: 'here' (into --env-cache, which "
+            "nodes must mount), 'nodes' (each node that runs a rank installs it into its own "
+            "cache: no shared folder), 'auto' ('nodes' with an s3:// --storage, else 'here').",
+        ),
+    ] = EnvBuild.AUTO,
     env_cache_gb: Annotated[
         float | None,
         typer.Option(
@@ -301,7 +351,26 @@ def server(
             "(they hold no slot); used for unsandboxed trials on the base environment; 0 "
             "turns the pool off (docs/adr/0028).",
         ),
-    ] = 0,
+    ] = 2,
+    hosted_ranks: Annotated[
+        bool,
+        typer.Option(
+            "--hosted-ranks/--no-hosted-ranks",
+            envvar="TRAINHUB_HOSTED_RANKS",
+            help="Run CPU ranks in one long-lived Ray actor per node (it holds no slot) "
+            "instead of starting an actor, a Ray worker process, for each rank "
+            "(docs/adr/0031).",
+        ),
+    ] = True,
+    session_relay: Annotated[
+        SessionRelay,
+        typer.Option(
+            envvar="TRAINHUB_SESSION_RELAY",
+            help="How the proxy reaches a session's server: 'auto' through its socket on "
+            "this host's Ray node and through its rank actor's relay on other nodes; "
+            "'always' through the relay (docs/adr/0041).",
+        ),
+    ] = SessionRelay.AUTO,
 ) -> None:
     """Run the control plane (API and scheduler) until interrupted.
 
@@ -321,6 +390,7 @@ def server(
         else None,
         storage_url=storage if storage and storage.startswith("s3://") else None,
         s3_endpoint=s3_endpoint,
+        rank_storage=rank_storage.value,
         ray_address=ray_address,
         host=host,
         port=port,
@@ -334,8 +404,11 @@ def server(
         monitor_interval_s=monitor_interval_s,
         env_cache=env_cache.expanduser().resolve() if env_cache else None,
         env_cache_gb=env_cache_gb,
+        env_build=env_build.value,
         pids_per_rank=pids_per_rank,
         warm_pool_size=warm_pool_size,
+        hosted_ranks=hosted_ranks,
+        session_relay=session_relay.value,
     )
     if home is not None:
         settings = dataclasses.replace(settings, home=home.expanduser().resolve())
@@ -350,6 +423,8 @@ def server(
         settings = dataclasses.replace(settings, usage_half_life_s=usage_half_life_s)
     if reclaim_patience is not None:
         settings = dataclasses.replace(settings, reclaim_patience=reclaim_patience)
+    if reclaim_rate is not None:
+        settings = dataclasses.replace(settings, reclaim_rate=reclaim_rate)
     if max_log_mb_per_trial is not None:
         settings = dataclasses.replace(
             settings, max_log_bytes_per_trial=int(max_log_mb_per_trial * 1024**2)

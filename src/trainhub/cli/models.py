@@ -168,8 +168,12 @@ def show(
     if model["shared_with"]:
         out.print(f"shared with: {', '.join(model['shared_with'])}")
     table = Table("version", "created", "by", "arch", "metrics", "from trial")
+    misfits = []
     for v in model["versions"]:
         arch = v["arch"].get("zoo", "-") if v["arch"] else "-"
+        if v.get("weights_fit") is False:
+            arch += " (weights do not load)"
+            misfits.append(v)
         table.add_row(
             str(v["version"]),
             _when(v["created_at"]),
@@ -179,6 +183,13 @@ def show(
             str(v["lineage"].get("trial_id", "-")),
         )
     print_fitted(table, out)
+    for v in misfits:
+        out.print(
+            f"version {v['version']}: its weights do not load into {v['arch'].get('zoo')}: "
+            f"{v.get('weights_problem') or '?'} (registered before registration checked "
+            f"them; `trainhub models delete {model['name']}:{v['version']}` removes it)",
+            soft_wrap=True,
+        )
 
 
 @app.command()
@@ -267,7 +278,7 @@ def suggest(
 ) -> None:
     """Rank registered and zoo models by fit: input shape, classes, accuracy, size."""
     from trainhub.core.model_fit import Problem, parse_shape
-    from trainhub.models.catalog import IMAGE
+    from trainhub.models.catalog import IMAGE, left_out
     from trainhub.models.catalog import suggest as rank
 
     try:
@@ -298,6 +309,13 @@ def suggest(
             "; ".join(fit.reasons),
         )
     print_fitted(table, out)
+    for ref, why in left_out(registered):
+        out.print(
+            f"left out: {ref}: its weights do not load into its architecture"
+            + (f" ({why})" if why else "")
+            + f"; see `trainhub models show {ref}`",
+            soft_wrap=True,
+        )
 
 
 @app.command()

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainhub.cli.fit import print_fitted
-from trainhub.cli.session import connect, out
+from trainhub.cli.session import EXIT_INVALID_INPUT, connect, fail, out
 
 app = typer.Typer(
     help="Nodes: hardware, health and live use (`trainhub nodes`); admins cordon, drain, uncordon.",
@@ -84,6 +84,11 @@ def nodes(ctx: typer.Context) -> None:
         )
         seen = f"{now - n['last_seen']:.0f} s ago" if n["last_seen"] else "never"
         host = f"\n{n['hostname']}" if n["hostname"] else ""
+        topology = [
+            f"{k}={n.get('labels', {})[k]}" for k in ("block", "rack") if k in n.get("labels", {})
+        ]
+        if topology:
+            host += "\n" + " ".join(topology)
         table.add_row(
             Text(n["node_id"][:12] + host), state, cpu, memory, _gpus(n), nics or "-", seen
         )
@@ -114,6 +119,29 @@ def drain(node: NodeArg, reason: ReasonOpt = "") -> None:
 def uncordon(node: NodeArg) -> None:
     """Admins: the node takes new trials again (ends a drain too)."""
     _control(node, "uncordon", "")
+
+
+@app.command()
+def label(
+    node: NodeArg,
+    labels: Annotated[
+        list[str],
+        typer.Argument(metavar="KEY=VALUE...", help="e.g. rack=r3 block=b1; rack= removes it"),
+    ],
+) -> None:
+    """Admins: set the node's labels: its topology levels (rack, block) for specs'
+    resources.topology, or any other. Stored; they win over the agent's configured labels."""
+    from trainhub.core.topology import parse_labels
+
+    try:
+        changes = parse_labels(labels)
+    except ValueError as exc:
+        raise fail(str(exc), "give KEY=VALUE pairs, e.g. rack=r3 block=b1",
+                   code=EXIT_INVALID_INPUT) from None  # fmt: skip
+    with connect() as client:
+        n = client.label_node(node, changes)
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(n.get("labels", {}).items())) or "none"
+    out.print(Text(f"node {n['node_id'][:12]}: ", style="bold") + Text(f"labels {shown}"))
 
 
 @app.command()

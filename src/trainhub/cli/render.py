@@ -579,18 +579,25 @@ def usage_rows_table(rows: Sequence[JSON], gpus: bool = True) -> Table:
     table.add_column("user")
     table.add_column("project")
     table.add_column("slot-hours", justify="right")
+    keys = ("inter_node_sent_bytes", "inter_node_received_bytes", "intra_node_bytes")
+    network = any(r.get(k) for r in rows for k in keys)
+    if network:  # bytes over the network (issue 30): only when some trial measured any
+        table.add_column("sent to nodes", justify="right")
+        table.add_column("received", justify="right")
+        table.add_column("within a node", justify="right")
     for r in rows:
-        table.add_row(
-            r["day"],
-            Text(r["tenant"]),
-            Text(r["user"]),
-            Text(r["project"]),
-            slot_hours(r["slot_hours"]),
-        )
+        cells = [r["day"], Text(r["tenant"]), Text(r["user"]), Text(r["project"])]
+        cells.append(slot_hours(r["slot_hours"]))
+        if network:
+            cells += [human_bytes(int(r.get(k) or 0)) for k in keys]
+        table.add_row(*cells)
     if len(rows) > 1:
         table.add_section()
         total = sum(float(r["slot_hours"]) for r in rows)
-        table.add_row("total", "", "", "", slot_hours(total), style="bold")
+        extra = (
+            [human_bytes(sum(int(r.get(k) or 0) for r in rows)) for k in keys] if network else []
+        )
+        table.add_row("total", "", "", "", slot_hours(total), *extra, style="bold")
     return table
 
 

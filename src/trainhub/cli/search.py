@@ -48,7 +48,8 @@ def trials(
     names = _hparam_names(rows)
     if as_csv:
         writer = csv.writer(sys.stdout)
-        writer.writerow(["id", "state", progress["metric"] or "metric", "done", *names, "why"])
+        # `trial`, as the table and every id the CLI prints say (exp 22 / trial 34)
+        writer.writerow(["trial", "state", progress["metric"] or "metric", "done", *names, "why"])
         for row in rows:
             writer.writerow(
                 [row["id"], row["state"], row["metric"], row["epochs"]]

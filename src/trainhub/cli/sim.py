@@ -124,8 +124,8 @@ def sim(
         bool,
         typer.Option(
             "--json",
-            help="One JSON line per policy with the benchmark's keys (ratios against FIFO, "
-            "which runs too if not asked for)",
+            help="One JSON line per policy with the benchmark's keys (ratios against FIFO "
+            "and LAS, which run too if not asked for)",
         ),
     ] = False,
     replay: Annotated[
@@ -166,7 +166,12 @@ def sim(
     else:
         cluster = loaded.cluster
     names = [p.value for p in policy] if policy else [DEFAULT_POLICY, "fifo"]
-    runs = names if not json_output or "fifo" in names else [*names, "fifo"]
+    runs = list(names)
+    if json_output:
+        # FIFO is every ratio's baseline, LAS the average JCT's reference (issue 27); a
+        # replay prints every run in full, so it adds FIFO only
+        references = ("fifo",) if replay is not None else ("fifo", "las")
+        runs += [p for p in references if p not in names]
     try:
         if replay is not None:
             from trainhub.cli.replay import replay_database

@@ -1,4 +1,4 @@
-"""``trainhub show --trial``'s "startup" table: where each attempt's start went, phase by
+"""The "startup" table of `trainhub show` (a trial's view): each attempt's start, phase by
 phase, from the trial's ``startup`` events (trainhub.core.startup)."""
 
 from __future__ import annotations
@@ -22,19 +22,20 @@ def startups(events: Iterable[Mapping[str, Any]]) -> list[StartupPhases]:
     return [found[n] for n in sorted(found)]
 
 
-def startup_table(events: Iterable[Mapping[str, Any]]) -> Table | None:
-    """One row per attempt, one column per phase (seconds), then the total; None if none."""
-    rows = startups(events)
+def startup_table(events: Iterable[Mapping[str, Any]], last: int = 4) -> Table | None:
+    """One row per phase (seconds), then the total; one column per attempt, the ``last`` ones
+    (so that eight phases fit 80 columns); None if no attempt recorded its start."""
+    rows = startups(events)[-last:]
     if not rows:
         return None
-    table = Table(title="startup (s, submit to first step)", title_justify="left")
-    table.add_column("attempt", justify="right")
-    shown = [p for p in PHASES if any(p in r.phases for r in rows)]
-    for phase in shown:
-        table.add_column(label(phase), justify="right")
-    table.add_column("total", justify="right", style="bold")
+    title = "startup (s, submit to first step)"
+    table = Table(title=title, title_justify="left", show_edge=False, min_width=len(title))
+    table.add_column("phase", no_wrap=True)
     for row in rows:
-        cells = [f"{row.phases[p]:.2f}" if p in row.phases else "-" for p in shown]
-        total = f"{row.total_s:.2f}" if row.total_s is not None else "-"
-        table.add_row(f"{row.attempt}{' warm' if row.warm else ''}", *cells, total)
+        table.add_column(f"attempt {row.attempt}" + ("\nwarm" if row.warm else ""), justify="right")
+    for phase in [p for p in PHASES if any(p in r.phases for r in rows)]:
+        cells = [f"{row.phases[phase]:.2f}" if phase in row.phases else "-" for row in rows]
+        table.add_row(label(phase), *cells)
+    totals = [f"{row.total_s:.2f}" if row.total_s is not None else "-" for row in rows]
+    table.add_row("total", *totals, style="bold")
     return table

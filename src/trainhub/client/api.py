@@ -502,6 +502,37 @@ class TrainhubClient:
 
     # -- nodes (monitoring) --
 
+    # -- interactive sessions (docs/sessions.md) --
+
+    def start_session(self, **request: Any) -> JSON:
+        """Queue a notebook, shell or tensorboard session: ``kind``, ``gpus``,
+        ``idle_timeout_s``, ``data`` (NAME:/MOUNT), ``requirements`` (text), ``trials``."""
+        result: JSON = self._json("POST", "/sessions", json=request)
+        return result
+
+    def sessions(self, include_ended: bool = False) -> JSON:
+        result: JSON = self._json("GET", "/sessions", params={"all": include_ended})
+        return result
+
+    def session(self, session_id: int) -> JSON:
+        result: JSON = self._json("GET", f"/sessions/{session_id}")
+        return result
+
+    def stop_session(self, session_id: int) -> JSON:
+        result: JSON = self._json("POST", f"/sessions/{session_id}/stop")
+        return result
+
+    def session_request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """A request through the proxy to a session's server (``path`` from its ``url``)."""
+        try:
+            return self._http.request(method, self.url + path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(self.url, unreachable_reason(exc)) from None
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        return {k: v for k, v in self._http.headers.items() if k.lower() == "authorization"}
+
     def environments(self) -> JSON:
         """The cached trial environments: ``{"data", "count"}`` (docs/environments.md)."""
         result: JSON = self._json("GET", "/environments")
@@ -531,6 +562,11 @@ class TrainhubClient:
         """Admins: ``cordon`` (no new trials), ``drain`` (cordon and preempt its trials by
         checkpoint) or ``uncordon`` a node, by id, id prefix or hostname. Returns the node."""
         result: JSON = self._json("POST", f"/nodes/{node}/{action}", json={"reason": reason})
+        return result
+
+    def label_node(self, node: str, labels: dict[str, str]) -> JSON:
+        """Admins: set labels on a node (``{"rack": "r3"}``; an empty value removes one)."""
+        result: JSON = self._json("POST", f"/nodes/{node}/labels", json={"labels": labels})
         return result
 
     def request_profile(self, trial_id: int, steps: int = 20) -> JSON:

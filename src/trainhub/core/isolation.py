@@ -44,7 +44,6 @@ DENIED_SYSCALLS = (
     "add_key",
     "request_key",
     "perf_event_open",
-    "ptrace",
     "process_vm_readv",
     "process_vm_writev",
     "kexec_load",
@@ -55,6 +54,13 @@ DENIED_SYSCALLS = (
 )
 NO_NEW_USER_NAMESPACE = "clone"  # refused when its flags hold CLONE_NEWUSER
 FLAGS_HIDDEN = "clone3"  # answers ENOSYS
+# ptrace of a process that is not already the caller's tracee: PTRACE_ATTACH and PTRACE_SEIZE
+# (EPERM). Every other request acts on a tracee, and the only way to get one is a child's
+# PTRACE_TRACEME (a debugger that starts its program: gdb, strace, pdb-style tools), so a rank
+# may trace its own children and nothing else (docs/adr/0030: a filter cannot read pids'
+# relations; the kernel's Yama scope 1 would, but it is not on every node).
+TRACE_OTHERS = "ptrace"
+PTRACE_ATTACH, PTRACE_SEIZE = 16, 0x4206
 
 
 class NetworkMode(StrEnum):
@@ -69,7 +75,10 @@ class NodeIsolation:
     """A node's isolation settings (the server's; an admin sets them at start-up)."""
 
     cgroups: bool = True  # a cgroup per rank (memory, pids, cpu, io)
-    network: bool = True  # a network namespace per trial (single-node trials)
+    network: bool = True  # a network namespace per trial on each of its nodes
+    # a trial that spans nodes: a tunnel of its own between its namespaces (needs nftables to
+    # accept the tunnel's packets from the cluster's nodes only; docs/adr/0030)
+    cross_node: bool = True
     seccomp: bool = True
     pids_per_rank: int = DEFAULT_PIDS_PER_RANK
     # /tmp and /dev/shm of a rank without a memory limit (with one: half of it each; both are
@@ -152,7 +161,8 @@ class IsolationProfile:
             shown[mount.target] = gib(mount.size_bytes)
         shown["network"] = f"{self.network.value}: {self.network_note}"
         shown["seccomp"] = (
-            f"{len(self.denied_syscalls) + 1} syscalls refused, user namespaces among them"
+            f"{len(self.denied_syscalls) + 1} syscalls refused, user namespaces among them; "
+            "ptrace of its own children only"
             if self.denied_syscalls
             else "off"
         )
@@ -218,9 +228,15 @@ def _network(resources: TrialResources, node: NodeIsolation) -> tuple[NetworkMod
     if not node.network:
         return NetworkMode.HOST, "the node's network (per-trial networks off on this node)"
     if resources.num_nodes > 1:
+        if not node.cross_node:
+            return (
+                NetworkMode.HOST,
+                "the node's network: the trial spans nodes and this cluster has no tunnels "
+                "(docs/adr/0030); its rendezvous store still needs the trial's secret",
+            )
         return (
-            NetworkMode.HOST,
-            "the node's network: the trial spans nodes (docs/adr/0027); its rendezvous store "
-            "still needs the trial's secret",
+            NetworkMode.TRIAL,
+            f"the trial's own ranks on its {resources.num_nodes} nodes (a tunnel of its own) "
+            "and the control plane's API only",
         )
     return NetworkMode.TRIAL, "loopback of the trial's ranks and the control plane's API only"

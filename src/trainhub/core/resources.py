@@ -6,11 +6,12 @@ A *slot* is one GPU, or one CPU core on a CPU-only cluster; quotas and usage cou
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from trainhub.core.spec import Placement, Resources
+from trainhub.core.topology import UNKNOWN, TopologyNeed, domain_of
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class Node:
     # alive but taking no new trials (cordoned, draining or unhealthy): counted as not alive
     # for placement; kept apart so a queue reason can say "cordoned" rather than "never"
     cordoned: bool = False
+    # why it takes no new trials, in words ("cordoned", "draining", "unhealthy"); "" reads
+    # as "cordoned"
+    held: str = ""
     # host memory in GB; infinite where unknown (a node that reports none limits nothing)
     total_memory_gb: float = math.inf
     free_memory_gb: float = math.inf
@@ -52,7 +56,7 @@ class Node:
             memory = self.free_memory_gb if free else self.total_memory_gb
             if math.isfinite(memory):
                 by_mem = int((memory + 1e-9) // request.memory_gb_per_worker)
-        return max(0, min(by_gpu, by_cpu, by_mem))
+        return request.whole_groups(max(0, min(by_gpu, by_cpu, by_mem)))
 
 
 @dataclass(frozen=True)
@@ -67,9 +71,16 @@ class ResourceRequest:
     node_labels: Mapping[str, str] = field(default_factory=dict)
     # host memory per rank in GB; 0 asks for none (the spec left it out)
     memory_gb_per_worker: float = 0.0
+    # one rack or block, required or preferred (core/topology.py); None: anywhere
+    topology: TopologyNeed | None = None
+    # ranks come in groups of this many consecutive ranks that share one node: a tensor-parallel
+    # group (``distributed.tensor``) talks in every layer; pipeline stages and data-parallel
+    # replicas may span nodes (issue 28). A node holds whole groups only.
+    group_size: int = 1
 
     @classmethod
-    def from_spec(cls, resources: Resources) -> ResourceRequest:
+    def from_spec(cls, resources: Resources, group_size: int = 1) -> ResourceRequest:
+        """The request of ``resources``; ``group_size``: the spec's ``distributed.tensor``."""
         return cls(
             num_workers=resources.workers,
             gpus_per_worker=resources.gpus_per_worker,
@@ -78,6 +89,8 @@ class ResourceRequest:
             single_node=resources.single_node,
             node_labels=dict(resources.node_labels),
             memory_gb_per_worker=resources.memory_gb_per_worker or 0.0,
+            topology=_topology_need(resources),
+            group_size=group_size,
         )
 
     @cached_property
@@ -110,7 +123,26 @@ class ResourceRequest:
             text += " on one node"
         if self.node_labels:
             text += " with labels " + ", ".join(f"{k}={v}" for k, v in self.node_labels.items())
+        if self.group_size > 1:
+            text += f" in groups of {self.group_size} per node"
+        if self.topology is not None:
+            text += " " + self.topology.describe()
         return text
+
+    def whole_groups(self, ranks: int) -> int:
+        """The most of ``ranks`` that are whole groups (what a node may hold of them)."""
+        return ranks - ranks % self.group_size if self.group_size > 1 else ranks
+
+
+def _topology_need(resources: Resources) -> TopologyNeed | None:
+    topology = resources.topology
+    if topology is None:
+        return None
+    if topology.required is not None:
+        return TopologyNeed(topology.required.value, True)
+    if topology.preferred is not None:
+        return TopologyNeed(topology.preferred.value, False)
+    return None
 
 
 @dataclass(frozen=True)
@@ -180,6 +212,9 @@ def can_ever_fit(request: ResourceRequest, nodes: Iterable[Node]) -> Unfittable 
     for path, wanted, attribute, unit in per_worker:
         if wanted and all(getattr(n, attribute) + 1e-9 < wanted for n in matching):
             return Unfittable(path, f"asks for {wanted:g} {unit} per worker; {where}")
+    topology = _topology_unfit(request, matching)
+    if topology is not None:
+        return topology
     rooms = [n.fits(request, free=False) for n in matching]
     if max(rooms) < 1:
         return Unfittable("resources", f"no node holds one worker of {request.describe()}; {where}")
@@ -194,5 +229,33 @@ def can_ever_fit(request: ResourceRequest, nodes: Iterable[Node]) -> Unfittable 
             "resources.workers",
             f"asks for {request.num_workers} workers; the whole cluster holds at most "
             f"{sum(rooms)} of {request.describe()}",
+        )
+    return None
+
+
+def _topology_unfit(request: ResourceRequest, nodes: Sequence[Node]) -> Unfittable | None:
+    """A level no node carries; a required level no domain could ever hold the gang in."""
+    need = request.topology
+    if need is None:
+        return None
+    path = f"resources.topology.{'required' if need.required else 'preferred'}"
+    domains: dict[str, int] = {}
+    for n in nodes:
+        name = domain_of(n.labels, need.level)
+        if name != UNKNOWN:
+            domains[name] = domains.get(name, 0) + n.fits(request, free=False)
+    if not domains:
+        return Unfittable(
+            path,
+            f"no node carries the level {need.level}: label the nodes "
+            f"(`trainhub nodes label NODE {need.level}=NAME`) or leave topology out",
+        )
+    if need.required and max(domains.values()) < request.num_workers:
+        best = max(domains.items(), key=lambda item: item[1])
+        return Unfittable(
+            path,
+            f"asks for {request.num_workers} workers of {request.describe()}; the largest "
+            f"{need.level} ({best[0]}) holds at most {best[1]} (ask for fewer workers, or "
+            f"preferred: {need.level})",
         )
     return None

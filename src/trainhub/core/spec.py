@@ -19,9 +19,11 @@ from trainhub.core.dataset_spec import DataMount, bracket_paths
 from trainhub.core.distill_spec import DistillSpec
 from trainhub.core.distributed_spec import DistributedSpec
 from trainhub.core.errors import FieldError, InvalidSpec
+from trainhub.core.federated_spec import FederatedSpec, JobKind, federated_errors
 from trainhub.core.model_spec import ModelSpec
 from trainhub.core.search_space import SearchSpace, parse_space
 from trainhub.core.searcher_spec import SearcherSpec, searcher_errors
+from trainhub.core.session_spec import SessionSpec
 from trainhub.core.spec_errors import field_errors_from_pydantic
 from trainhub.core.spec_yaml import load_yaml
 
@@ -52,6 +54,31 @@ class Priority(StrEnum):
 
 
 _PRIORITY_RANK = {Priority.LOW: 0, Priority.NORMAL: 1, Priority.HIGH: 2, Priority.URGENT: 3}
+
+
+class TopologyLevel(StrEnum):
+    RACK = "rack"
+    BLOCK = "block"
+
+
+class Topology(_Strict):
+    """Where a gang's ranks sit in the cluster's racks and blocks (docs/scheduler.md):
+    ``{required: rack}`` keeps them in one rack (the gang waits for one); ``{preferred: rack}``
+    asks for one rack when one has room now, else runs where it fits."""
+
+    required: TopologyLevel | None = Field(
+        None, description="All ranks in one domain of this level (rack or block)."
+    )
+    preferred: TopologyLevel | None = Field(
+        None, description="All ranks in one domain of this level when one fits now."
+    )
+
+    @field_validator("preferred")
+    @classmethod
+    def _one_of(cls, value: TopologyLevel | None, info: Any) -> TopologyLevel | None:
+        if value is not None and info.data.get("required") is not None:
+            raise ValueError("give required or preferred, not both")
+        return value
 
 
 class Resources(_Strict):
@@ -90,6 +117,10 @@ class Resources(_Strict):
         default_factory=dict,
         max_length=limits.MAX_NODE_LABELS,
         description="Only nodes with these labels qualify, e.g. {gpu_model: A100}.",
+    )
+    topology: Topology | None = Field(
+        None,
+        description="Keep the ranks in one rack or block: {required: rack} or {preferred: rack}.",
     )
 
 
@@ -185,6 +216,11 @@ class ExperimentSpec(_Strict):
     name: str = Field(..., pattern=NAME_PATTERN, description="Short name, e.g. mnist-lenet.")
     project: str = Field("default", pattern=NAME_PATTERN)
     description: str = Field("", max_length=limits.MAX_DESCRIPTION_CHARS)
+    kind: JobKind = Field(
+        JobKind.TRAINING,
+        description="training: the entrypoint on every rank; federated: a Flower server and "
+        "clients as one trial (the federated section, docs/federated.md).",
+    )
     entrypoint: str = Field(
         ...,
         min_length=1,
@@ -223,6 +259,16 @@ class ExperimentSpec(_Strict):
         max_length=limits.MAX_DATA_MOUNTS,
         description="Tenant datasets the trial reads, read-only, each at its mount path "
         "(trainhub data push; docs/data.md).",
+    )
+    session: SessionSpec | None = Field(
+        None,
+        description="An interactive session (notebook, shell, tensorboard) instead of a "
+        "training run; written by trainhub notebook and the dashboard (docs/sessions.md).",
+    )
+    federated: FederatedSpec | None = Field(
+        None,
+        description="With kind: federated: the Flower federation the trial runs (clients, "
+        "rounds, strategy, the partition of a data set; docs/federated.md).",
     )
 
     @field_validator("entrypoint")
@@ -307,6 +353,23 @@ def parse_spec(text: str) -> ExperimentSpec:
     return validate_spec(load_yaml(text))
 
 
+def layout_errors(spec: ExperimentSpec) -> list[FieldError]:
+    """The world (``resources.workers``) must factor into data x pipeline stages x tensor."""
+    problem = spec.distributed.layout_error(spec.resources.workers)
+    if problem is None:
+        return []
+    field, message = problem
+    size = spec.distributed.model_parallel_size
+    return [
+        FieldError(
+            f"distributed.{field}",
+            message,
+            f"set resources.workers to a multiple of {size} (e.g. {size}), or change "
+            f"distributed.{field}",
+        )
+    ]
+
+
 def validate_spec(data: Any) -> ExperimentSpec:
     if not isinstance(data, dict):
         raise InvalidSpec(
@@ -327,6 +390,20 @@ def validate_spec(data: Any) -> ExperimentSpec:
         errors = bracket_paths(field_errors_from_pydantic(exc, ExperimentSpec))
         raise InvalidSpec(errors) from None
     errors = searcher_errors(spec.searcher, spec.search_space)  # raises on a bad space
+    resources = data.get("resources")
+    workers_given = isinstance(resources, dict) and "workers" in resources
+    errors += federated_errors(
+        spec.kind,
+        spec.federated,
+        spec.resources.workers,
+        workers_given,
+        [d.name for d in spec.data],
+    )
+    errors += layout_errors(spec)
     if errors:
         raise InvalidSpec(errors)
+    if spec.federated is not None:  # the server and the clients: one rank each
+        ranks = spec.federated.clients + 1
+        resources = spec.resources.model_copy(update={"workers": ranks})
+        spec = spec.model_copy(update={"resources": resources})
     return spec

@@ -29,6 +29,9 @@ from trainhub.core.states import AttemptOutcome, TrialState, check_transition
 # a rank's exit code when the runtime refused the spec (runtime/protocol.py EXIT_SPEC_REFUSED;
 # the core does not import the runtime, tests/core/test_verdicts.py keeps the two equal)
 EXIT_SPEC_REFUSED = 78
+# a federated client's exit code when its code crashed before it ever joined the federation
+# (runtime/federated/supervise.py; the rank's detail is the client's last output line)
+EXIT_CLIENT_NEVER_JOINED = 79
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,6 +149,17 @@ def judge(facts: AttemptFacts, status: AttemptReport, now: float, limits: Attemp
             AttemptOutcome.FAILED,
             f"rank {refused[0].rank} refused the spec (exit code {EXIT_SPEC_REFUSED}); "
             "another attempt would fail the same way, so it is not restarted",
+            stop_others=True,
+            retry=False,
+        )
+    never_joined = [r for r in failed if r.exit_code == EXIT_CLIENT_NEVER_JOINED]
+    if never_joined:
+        first = never_joined[0]
+        return EndAttempt(
+            AttemptOutcome.FAILED,
+            f"federated client {first.rank - 1} (rank {first.rank}) failed before it joined "
+            f"the federation: {first.detail or 'no output'}; another attempt would fail the "
+            "same way, so it is not restarted",
             stop_others=True,
             retry=False,
         )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainhub.data.mounted import mounted_path
 from trainhub.data.splits import Splits, split_indices, to_tensor_dataset
 
 ENV_DATA_DIR = "TRAINHUB_DATA_DIR"  # holds mnist/, cifar10/, ...
@@ -72,7 +73,8 @@ def missing_message() -> str:
     """Why MNIST was not found, and what the person who runs the script can do about it.
 
     In a trial the datasets folder is the cluster's (``trainhub server --data-dir``), which only
-    an admin sets: the message says so, and names what works without it."""
+    an admin sets: the message says so, and names what the trial's user can do instead (push
+    the files as a dataset of the tenant and mount it, or use a bundled dataset)."""
     instead = (
         'use trainhub.data.load("digits") (bundled: 8x8 digits, no download), or ship the '
         "IDX files (t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz) in your code "
@@ -86,9 +88,11 @@ def missing_message() -> str:
             else "this cluster has no datasets folder"
         )
         return (
-            f"MNIST is not on this cluster: {where}. Ask an admin to put the MNIST IDX files "
-            f"in DIR/mnist and start the server with `trainhub server --data-dir DIR`; or "
-            f"{instead}"
+            f"MNIST is not on this cluster: {where}. Push the IDX files as a dataset of your "
+            "tenant (`trainhub data push mnist FOLDER`), mount it in the spec (data: [{name: "
+            'mnist, mount: /data/mnist}]) and pass trainhub.data.load("mnist", '
+            'root="/data/mnist") (docs/data.md); or ask an admin to put them in DIR/mnist and '
+            f"start the server with `trainhub server --data-dir DIR`; or {instead}"
         )
     where = f"{shared}/mnist does not exist" if shared else f"{ENV_DATA_DIR} is not set"
     return (
@@ -131,7 +135,8 @@ def load_mnist(
     """MNIST images ``(1, 28, 28)``, standardised, split at random into train and val.
 
     Args:
-        root: directory with ``{files}-images-idx3-ubyte[.gz]`` and ``...-labels-idx1-ubyte``;
+        root: directory with ``{files}-images-idx3-ubyte[.gz]`` and ``...-labels-idx1-ubyte``
+            (a dataset the spec mounts is found where the trial's process reads it);
             default :func:`default_root`.
         files: ``t10k`` (the test set: 10,000 images) or ``train`` (60,000).
         train_size, val_size: sizes of the disjoint parts.
@@ -140,7 +145,7 @@ def load_mnist(
     Raises:
         FileNotFoundError: no MNIST files where looked.
     """
-    where = Path(root) if root is not None else default_root()
+    where = mounted_path(root) if root is not None else default_root()
     if where is None:
         raise FileNotFoundError(missing_message())
     verify_checksums(where)
@@ -163,7 +168,7 @@ def load_mnist(
 
 def mnist_images(ids: list[int], root: str | Path | None = None, files: str = "t10k") -> np.ndarray:
     """The ``uint8`` 28x28 images of the given sample ids (their indices in the files)."""
-    where = Path(root) if root is not None else default_root()
+    where = mounted_path(root) if root is not None else default_root()
     if where is None:
         raise FileNotFoundError(missing_message())
     images = read_idx(_find(where, f"{files}-images-idx3-ubyte"))

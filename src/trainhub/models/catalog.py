@@ -76,11 +76,41 @@ def _parameters(arch: Mapping[str, Any]) -> int | None:
         return None
 
 
+def _versions(model: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A model's versions, newest first (a listing without them: its latest)."""
+    versions = model.get("versions") or ([model["latest"]] if model.get("latest") else [])
+    return sorted(versions, key=lambda v: int(v.get("version") or 0), reverse=True)
+
+
+def loads(version: Mapping[str, Any]) -> bool:
+    """Whether a version's weights may be offered: not known to miss its architecture (the
+    registry checks them at registration, and re-checks older versions after it starts)."""
+    return version.get("weights_fit") is not False
+
+
+def ranked_version(model: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The version of ``model`` suggest ranks: its latest whose weights load."""
+    return next((v for v in _versions(model) if loads(v)), None)
+
+
+def left_out(models: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(ref, why) of each model's newer versions that suggest does not rank because their
+    weights do not load into their architecture."""
+    out = []
+    for model in models:
+        for version in _versions(model):
+            if loads(version):
+                break
+            out.append((str(version["ref"]), str(version.get("weights_problem") or "")))
+    return out
+
+
 def registry_candidates(models: Iterable[Mapping[str, Any]]) -> list[Candidate]:
-    """The latest version of each model of a ``GET /api/v1/models`` listing."""
+    """The latest version whose weights load of each model of a ``GET /api/v1/models``
+    listing (a version whose weights do not load into its architecture is never offered)."""
     found = []
     for model in models:
-        latest = model.get("latest")
+        latest = ranked_version(model)
         if not latest:
             continue
         arch = latest.get("arch") or {}

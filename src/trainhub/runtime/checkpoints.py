@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import hashlib
 import logging
 import math
 import os
 import re
+import shutil
 import sys
 import threading
 import time
@@ -27,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -60,6 +62,11 @@ class CheckpointHandle:
         self.uuid = uuid
         self.step = step
         self.path = path
+        # a sharded checkpoint (ADR 0040): this rank's files in ``path`` (a folder), and
+        # the set's shape; None for a one-file checkpoint
+        self.shard: tuple[int, int] | None = None  # (rank, world size)
+        self.files: list[str] = []  # this rank's files of the set, as written
+        self._stored: dict[str, tuple[int, str]] = {}  # files stored: name -> (size, sha256)
         self._record: protocol.CheckpointRecord | None = None
         self._error: str | None = None
         self._settled = threading.Event()
@@ -182,6 +189,9 @@ class RemoteCheckpointStore(BaseCheckpointStore):
         restore_checkpoint_id: What ``load`` downloads; None means a fresh start.
         backoff_factory: Retry spacing for one thread.
         restore_timeout_s: How long ``load`` retries while the control plane is away.
+        before_upload: Called before each upload: delivers the metrics reported so far, so
+            that a registered checkpoint never has steps before it whose metrics die with the
+            node (a resumed trial does not report them again).
     """
 
     def __init__(
@@ -193,8 +203,10 @@ class RemoteCheckpointStore(BaseCheckpointStore):
         restore_checkpoint_id: int | None,
         backoff_factory: Callable[[], Backoff],
         restore_timeout_s: float,
+        before_upload: Callable[[], object] = lambda: None,
     ) -> None:
         self._client_factory = client_factory
+        self._before_upload = before_upload
         self._spool_dir = spool_dir
         self._attempt = attempt
         self._restore_id = restore_checkpoint_id
@@ -215,6 +227,10 @@ class RemoteCheckpointStore(BaseCheckpointStore):
         path = self._spool_dir / "checkpoints" / f"{checkpoint_uuid}.pt"
         _write_atomically(state, path)
         handle = CheckpointHandle(checkpoint_uuid, step, path)
+        self._enqueue(handle, metrics)
+        return handle
+
+    def _enqueue(self, handle: CheckpointHandle, metrics: Mapping[str, float]) -> None:
         with self._cond:
             if self._closing:
                 raise RuntimeError("save_checkpoint() after close(): the checkpoint was not saved")
@@ -225,7 +241,117 @@ class RemoteCheckpointStore(BaseCheckpointStore):
                 )
                 self._thread.start()
             self._cond.notify_all()
+
+    def save_shards(
+        self,
+        state: Mapping[str, Any],
+        step: int,
+        metrics: Mapping[str, float],
+        *,
+        rank: int,
+        world_size: int,
+    ) -> CheckpointHandle:
+        """Every rank (a collective): write this rank's shards into the spool, then upload
+        them in the background, each rank its own; the control plane publishes the set once
+        every rank reported its files (ADR 0040)."""
+        import torch.distributed as dist
+
+        from trainhub.runtime.distributed.sharded_checkpoint import write_shards
+
+        chosen = [uuid_lib.uuid4().hex if rank == 0 else None]
+        dist.broadcast_object_list(chosen, src=0)
+        checkpoint_uuid = str(chosen[0])
+        folder = self._spool_dir / "checkpoints" / f"{checkpoint_uuid}.shards" / f"rank-{rank}"
+        files = write_shards(state, folder)
+        handle = CheckpointHandle(checkpoint_uuid, step, folder)
+        handle.shard = (rank, world_size)
+        handle.files = files
+        self._enqueue(handle, metrics)
         return handle
+
+    def load_shards(
+        self,
+        map_location: torch.device,
+        *,
+        weights_only: bool,
+        rank: int,
+        world_size: int,
+        model: Any,
+        optimizers: Any,
+    ) -> dict[str, Any] | None:
+        """The checkpoint to resume from when it is sharded: the manifest, the shared files
+        (once per node) and the files of this rank's rows only; None where it is one file
+        (:meth:`load` reads it)."""
+        from trainhub.runtime.distributed.sharded_checkpoint import (
+            METADATA,
+            SHARED,
+            needed_files,
+            read_shards,
+        )
+
+        if self._restore_id is None:
+            return None
+        checkpoint_id = self._restore_id
+        client = self._client_factory()
+        try:
+            manifest = self._retrying(
+                lambda budget_s: client.get_manifest(checkpoint_id, budget_s),
+                f"read the manifest of checkpoint {checkpoint_id}",
+            )
+            if not manifest.get("sharded"):
+                return None
+            members = {m["name"]: m for m in manifest["members"]}
+            folder = self._spool_dir / "restore" / f"checkpoint-{checkpoint_id}.shards"
+            folder.mkdir(parents=True, exist_ok=True)
+
+            def fetch(name: str) -> None:
+                member = members.get(name)
+                if member is None:
+                    return
+                path = folder / name
+                with _node_lock(folder / "locks" / f"{name}.lock"):
+                    if path.exists():
+                        return
+                    self._retrying(
+                        lambda budget_s: client.download_set_member(
+                            checkpoint_id, name, path, budget_s
+                        ),
+                        f"download {name} of checkpoint {checkpoint_id}",
+                    )
+                    if _sha256(path) != member["sha256"]:
+                        path.unlink()
+                        raise RuntimeError(
+                            f"cannot restore checkpoint {checkpoint_id}: its file {name} "
+                            "fails its checksum (damaged in storage)"
+                        )
+
+            fetch(METADATA)
+            fetch(SHARED)
+            for name in sorted(needed_files(folder, rank, world_size)):
+                fetch(name)
+        finally:
+            client.close()
+        return read_shards(
+            folder,
+            model=model,
+            optimizers=optimizers,
+            device=map_location,
+            weights_only=weights_only,
+        )
+
+    def _retrying(self, call: Callable[[float], Any], what: str) -> Any:
+        deadline = time.monotonic() + self._restore_timeout_s
+        try:
+            return retry_transient(
+                call, what=what, deadline=lambda: deadline, backoff=self._backoff_factory()
+            )
+        except ControlPlaneError as exc:
+            raise RuntimeError(f"cannot {what}: the control plane refused: {exc}") from None
+        except DeadlineExceeded as exc:
+            raise RuntimeError(
+                f"cannot {what}: the control plane stayed unreachable for "
+                f"{self._restore_timeout_s:.0f} s ({exc.__cause__})"
+            ) from None
 
     def load(self, map_location: torch.device, *, weights_only: bool) -> dict[str, Any] | None:
         if self._restore_id is None:
@@ -286,6 +412,7 @@ class RemoteCheckpointStore(BaseCheckpointStore):
                     if not self._pending:
                         return
                     handle, metrics = self._pending[0]
+                self._before_upload()
                 try:
                     record = retry_transient(
                         functools.partial(self._upload, client, handle, metrics),
@@ -311,7 +438,10 @@ class RemoteCheckpointStore(BaseCheckpointStore):
                     self._abandon_pending()
                     return
                 else:
-                    handle.path.unlink(missing_ok=True)
+                    if handle.shard is None:
+                        handle.path.unlink(missing_ok=True)
+                    else:
+                        shutil.rmtree(handle.path, ignore_errors=True)
                     handle._resolve(record)
                 with self._cond:
                     self._pending.popleft()
@@ -325,7 +455,9 @@ class RemoteCheckpointStore(BaseCheckpointStore):
         handle: CheckpointHandle,
         metrics: Mapping[str, float],
         budget_s: float,
-    ) -> protocol.CheckpointRecord:
+    ) -> protocol.CheckpointRecord | None:
+        if handle.shard is not None:
+            return self._upload_shards(client, handle, metrics, budget_s)
         return client.upload_checkpoint(
             handle.path,
             uuid=handle.uuid,
@@ -334,6 +466,46 @@ class RemoteCheckpointStore(BaseCheckpointStore):
             metrics=metrics,
             budget_s=budget_s,
         )
+
+    def _upload_shards(
+        self,
+        client: ControlPlaneClient,
+        handle: CheckpointHandle,
+        metrics: Mapping[str, float],
+        budget_s: float,
+    ) -> protocol.CheckpointRecord | None:
+        """This rank's files, each an object of its own, then its report; the record once the
+        report published the set (the last rank's), else None (published by a later one)."""
+        assert handle.shard is not None
+        rank, world_size = handle.shard
+        for name in handle.files:
+            if name in handle._stored:
+                continue  # stored by an earlier try of this upload
+            path = handle.path / name
+            answer = client.upload_set_member(
+                path,
+                uuid=handle.uuid,
+                name=name,
+                step=handle.step,
+                attempt=self._attempt,
+                budget_s=budget_s,
+            )
+            if answer.get("checkpoint"):  # published already: a retry after the outcome
+                return cast(protocol.CheckpointRecord, answer["checkpoint"])
+            handle._stored[name] = (path.stat().st_size, _sha256(path))
+        report = {
+            "world_size": world_size,
+            "step": handle.step,
+            "attempt": self._attempt,
+            "metrics": dict(metrics),
+            "members": [
+                {"name": name, "size": size, "sha256": digest}
+                for name, (size, digest) in sorted(handle._stored.items())
+            ],
+        }
+        answer = client.report_set_rank(handle.uuid, rank, report, budget_s)
+        found = answer.get("checkpoint")
+        return cast(protocol.CheckpointRecord, found) if found else None
 
     def _abandon_pending(self) -> None:
         with self._cond:
@@ -348,6 +520,14 @@ class RemoteCheckpointStore(BaseCheckpointStore):
                 file=sys.stderr,
                 flush=True,
             )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @contextmanager

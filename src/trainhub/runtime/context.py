@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
     from trainhub.runtime.distill import Distiller
     from trainhub.runtime.distributed import DistributedConfig, PreparedModel, StepTimer
+    from trainhub.runtime.distributed.parallel import LossFn, ParallelModel
     from trainhub.runtime.init_model import InitReport
     from trainhub.runtime.layer_watch import LayerWatch
     from trainhub.runtime.profiling import RankProfiler
@@ -65,6 +66,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trainhub.runtime")
 
 T = TypeVar("T")
+# how long a checkpoint's upload waits for the metrics reported before it (then goes anyway:
+# the points stay queued and are retried)
+METRICS_BEFORE_CHECKPOINT_S = 30.0
 
 _current: Context | None = None
 _current_lock = threading.Lock()
@@ -160,6 +164,7 @@ class Context:
         self._stopped = False
         self._stop_reason: str | None = None
         self._prepared: PreparedModel | None = None
+        self._parallel: ParallelModel | None = None
         self._batch_size: int | None = None
         self._optimizers: list[torch.optim.Optimizer] = []
         self._poller: SignalPoller | None = None
@@ -218,6 +223,8 @@ class Context:
             restore_checkpoint_id=env.restore_checkpoint_id,
             backoff_factory=backoff,
             restore_timeout_s=options.flush_timeout_s,
+            # the metrics reported before a save land before the checkpoint is registered
+            before_upload=lambda: self._metrics.flush(METRICS_BEFORE_CHECKPOINT_S),
         )
 
     def __repr__(self) -> str:
@@ -321,6 +328,51 @@ class Context:
         )
         return self._prepared.model
 
+    def parallelize(
+        self,
+        model: nn.Module,
+        *,
+        loss_fn: LossFn,
+        split_points: Sequence[str] | None = None,
+        tp_plan: Mapping[str, Any] | None = None,
+    ) -> ParallelModel:
+        """Split ``model`` over the ranks as the spec's ``distributed.pipeline`` and
+        ``distributed.tensor`` say (docs/distributed.md, "Models bigger than one GPU").
+
+        Builds the ``(dp, pp, tp)`` device mesh, keeps this rank's pipeline stage (at
+        ``split_points`` or the spec's, else of about equal parameter count), shards the
+        tensor plan's Linear layers (``tp_plan`` or the model's ``tensor_parallel_plan()``) and
+        wraps the stage in the spec's schedule (GPipe or 1F1B). Every rank calls it with the
+        same model and weights (seed before building it). Then::
+
+            optimizer = ctx.prepare_optimizer(torch.optim.AdamW(par.parameters()))
+            loss = par.step(x, y)          # forward + backward of the batch, every rank
+            optimizer.step(); optimizer.zero_grad()
+            ctx.save_checkpoint({**par.state_dict(optimizer), "step": step}, step=step)
+
+        ``ctx.restore()`` then loads a checkpoint of any layout into the stage and the
+        optimizer. A spec the model cannot honour raises
+        :class:`~trainhub.runtime.errors.SpecRefused` (the trial is not restarted).
+        """
+        from trainhub.runtime.distributed.parallel import parallelize
+
+        with refusing_the_spec():
+            config = self.distributed
+        self._parallel = parallelize(
+            model,
+            config,
+            device=self._device,
+            loss_fn=loss_fn,
+            split_points=split_points,
+            tp_plan=tp_plan,
+        )
+        return self._parallel
+
+    @property
+    def parallel(self) -> ParallelModel | None:
+        """What :meth:`parallelize` built, if it was called."""
+        return self._parallel
+
     @property
     def distributed(self) -> DistributedConfig:
         """The parsed ``distributed`` section of the spec (defaults when there is none)."""
@@ -361,7 +413,9 @@ class Context:
         batch = per_rank_batch_size if per_rank_batch_size is not None else self._batch_size
         global_batch = None
         if batch is not None:
-            global_batch = batch * self.world_size * spec.accumulation_steps
+            # under pipeline/tensor parallelism a batch is shared by the ranks of a replica
+            replicas = self._parallel.layout.dp if self._parallel is not None else self.world_size
+            global_batch = batch * replicas * spec.accumulation_steps
         optimizer = apply_large_batch(
             optimizer,
             optimizer_kind=spec.optimizer,
@@ -407,7 +461,12 @@ class Context:
         from trainhub.runtime.distributed import StepTimer
 
         meter = self._prepared.meter if self._prepared is not None else None
-        return StepTimer(meter=meter, device=self._device, report_every_steps=report_every_steps)
+        return StepTimer(
+            meter=meter,
+            device=self._device,
+            report_every_steps=report_every_steps,
+            parallel=self._parallel,
+        )
 
     def prepare_data_loader(
         self, dataset: Dataset[T], batch_size: int, shuffle: bool = True, **kwargs: Any
@@ -432,12 +491,18 @@ class Context:
         # the shuffle must be the same permutation on every rank: seed it from the trial
         seed = self._hparams.get("seed", 0)
         self._batch_size = batch_size
+        # under pipeline/tensor parallelism the ranks of one model replica read the same batch
+        rank, world = (
+            self._parallel.data_rank()
+            if self._parallel is not None
+            else (self.rank, self.world_size)
+        )
         return make_data_loader(
             dataset,
             batch_size,
             shuffle=shuffle,
-            rank=self.rank,
-            world_size=self.world_size,
+            rank=rank,
+            world_size=world,
             seed=seed if isinstance(seed, int) else 0,
             **kwargs,
         )
@@ -532,7 +597,10 @@ class Context:
 
         Returns:
             On rank 0 a :class:`CheckpointHandle` (``handle.wait()`` blocks until registered;
-            ``handle.id`` is then the control plane's id); None on other ranks.
+            ``handle.id`` is then the control plane's id); None on other ranks. Under
+            ``memory.fsdp`` with a control plane every rank uploads its own shards (ADR 0040)
+            and gets the handle of its own upload; the checkpoint is registered once every
+            rank's is stored (``handle.id`` is set on the rank whose upload completed it).
 
         Example:
             >>> ctx.save_checkpoint({"model": model.state_dict(), "epoch": epoch}, step=epoch,
@@ -544,6 +612,17 @@ class Context:
             # local SGD: replicas differ between averagings; save their average, not rank 0's
             # (``state`` holds views of the parameters, so it sees the averaged values)
             self._prepared.average_replicas()
+            if self._prepared.is_fsdp and isinstance(self._checkpoints, RemoteCheckpointStore):
+                # one object per rank's file, each rank uploading its own (ADR 0040)
+                self._raise_over_quota()
+                step = _as_step(step)
+                values = {
+                    k: v for k, v in coerce_metrics(metrics or {}).items() if math.isfinite(v)
+                }
+                handle = self._checkpoints.save_shards(
+                    state, step, values, rank=self.rank, world_size=self.world_size
+                )
+                return handle
             if self._prepared.is_fsdp:
                 from trainhub.runtime.distributed.sharded_checkpoint import pack_sharded
 
@@ -551,6 +630,13 @@ class Context:
                 if packed is None:
                     return None
                 state = packed
+        if self._parallel is not None and self.world_size > 1:
+            from trainhub.runtime.distributed.sharded_checkpoint import pack_sharded
+
+            packed = pack_sharded(state)  # a collective: every rank writes its stage's shards
+            if packed is None:
+                return None
+            state = packed
         if not self.is_chief:
             return None
         self._raise_over_quota()
@@ -574,9 +660,30 @@ class Context:
             >>> state = ctx.restore()  # doctest: +SKIP
             >>> start = state["epoch"] + 1 if state else 0  # doctest: +SKIP
         """
+        if self.world_size > 1 and isinstance(self._checkpoints, RemoteCheckpointStore):
+            sharded = self._checkpoints.load_shards(
+                self._device,
+                weights_only=weights_only,
+                rank=self.rank,
+                world_size=self.world_size,
+                model=self._prepared.module if self._prepared is not None else None,
+                optimizers=self._optimizers,
+            )
+            if sharded is not None:
+                return sharded
         state = self._checkpoints.load(self._device, weights_only=weights_only)
-        from trainhub.runtime.distributed.sharded_checkpoint import is_packed, unpack_sharded
+        from trainhub.runtime.distributed.sharded_checkpoint import (
+            is_packed,
+            restore_parallel,
+            unpack_sharded,
+        )
 
+        if state is not None and is_packed(state) and self._parallel is not None:
+            return restore_parallel(state, self._parallel, self._optimizers)
+        if state is not None and self._parallel is not None and "model" in state:
+            # one process: the state is whole, load it as restore_parallel would have
+            optimizer = self._optimizers[-1] if self._optimizers else None
+            self._parallel.load_state_dict(state, optimizer)
         if state is not None and is_packed(state):
             model = self._prepared.module if self._prepared is not None else None
             state = unpack_sharded(

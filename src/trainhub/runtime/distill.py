@@ -388,6 +388,14 @@ def fetch_teacher_weights(
 
 
 def _get(api_url: str, token: str | None, path: str, what: str, timeout_s: float) -> bytes:
+    import tempfile
+
+    from trainhub.runtime import direct_storage
+
+    with tempfile.TemporaryDirectory(prefix="trainhub-teacher-") as folder:
+        fetched = Path(folder) / "weights.pt"
+        if direct_storage.fetch_if_direct(api_url, token, path + "/direct", fetched, timeout_s):
+            return fetched.read_bytes()  # straight from the bucket (--rank-storage direct)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         response = httpx.get(api_url + path, headers=headers, timeout=timeout_s)

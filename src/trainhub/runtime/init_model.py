@@ -271,12 +271,18 @@ def download_init_weights(
     """The trial's starting weights in ``spool`` (downloaded once per node)."""
     import httpx
 
+    from trainhub.runtime import direct_storage
+
     path = spool / "init" / "weights.pt"
     with _node_lock(path.with_suffix(".lock")):
         if path.exists():
             return path
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         partial = path.with_suffix(".part")
+        direct = protocol.init_weights_path(trial_id) + "/direct"
+        if direct_storage.fetch_if_direct(api_url, token, direct, partial, timeout_s):
+            partial.replace(path)  # straight from the bucket (--rank-storage direct)
+            return path
         url = api_url + protocol.init_weights_path(trial_id)
         with httpx.stream("GET", url, headers=headers, timeout=timeout_s) as response:
             if response.status_code >= 400:

@@ -22,6 +22,16 @@ ENV_RESTORE_CHECKPOINT = "TRAINHUB_RESTORE_CHECKPOINT"  # checkpoint id to resto
 ENV_DISTRIBUTED = "TRAINHUB_DISTRIBUTED"  # JSON of the spec's distributed section, if any
 ENV_DISTILL = "TRAINHUB_DISTILL"  # JSON of the spec's distill section, if any
 ENV_SPOOL_DIR = "TRAINHUB_SPOOL_DIR"  # node-local scratch directory of this attempt
+# an interactive session (trainhub.runtime.session_server; the same names as
+# trainhub.core.session_spec): its kind, the secret its server requires, the path prefix the
+# control plane's proxy serves it under
+ENV_SESSION_KIND = "TRAINHUB_SESSION_KIND"
+ENV_SESSION_SECRET = "TRAINHUB_SESSION_SECRET"
+ENV_SESSION_BASE_URL = "TRAINHUB_SESSION_BASE_URL"
+SESSION_SOCKET_NAME = "session.sock"  # in ENV_SPOOL_DIR
+# the communication hooks' cumulative counts of one rank, {"wire_bytes", "payload_bytes"}, in
+# ENV_SPOOL_DIR: the rank actor ships them with the kernel's counters (docs/adr/0045)
+COMM_COUNTS_FILE = "comm-rank{rank}.json"
 ENV_MODEL = "TRAINHUB_MODEL"  # JSON of the spec's model section (init_from pinned), if any
 # JSON {"drop": [sample ids], "relabel": {"id": label}} from `trainhub clone --drop-flagged`:
 # the runtime's data loaders leave out or relabel these samples (runtime/sample_filter.py)
@@ -76,6 +86,49 @@ def checkpoints_path(trial_id: int) -> str:
 def checkpoint_file_path(trial_id: int, checkpoint_id: int) -> str:
     """GET the bytes of a checkpoint."""
     return f"{API_PREFIX}/trials/{trial_id}/checkpoints/{checkpoint_id}/file"
+
+
+def direct_checkpoint_path(trial_id: int) -> str:
+    """POST ``{uuid, step, attempt, metrics, size_bytes}``: presigned PUT URLs of the
+    checkpoint's parts (``route: direct``), ``route: control-plane`` (POST the bytes to
+    :func:`checkpoints_path` instead), or ``route: stored`` (this uuid is registered). Asked
+    again, it refreshes the URLs and lists the parts already stored (ADR 0033)."""
+    return f"{API_PREFIX}/trials/{trial_id}/checkpoints/direct"
+
+
+def direct_checkpoint_complete_path(trial_id: int) -> str:
+    """POST the same fields and ``upload_id`` once every part is sent: answers
+    :class:`CheckpointRecord` (201)."""
+    return f"{API_PREFIX}/trials/{trial_id}/checkpoints/direct/complete"
+
+
+def direct_checkpoint_file_path(trial_id: int, checkpoint_id: int) -> str:
+    """GET a presigned URL of a checkpoint's bytes (``route: direct``, ``url``,
+    ``size_bytes``) or ``route: control-plane`` (GET :func:`checkpoint_file_path`)."""
+    return f"{API_PREFIX}/trials/{trial_id}/checkpoints/{checkpoint_id}/direct"
+
+
+def set_member_path(trial_id: int, uuid: str, name: str) -> str:
+    """PUT one file of a sharded checkpoint (raw body; query ``step``, ``attempt``); POST
+    ``.../direct`` ``{step, attempt, size_bytes}`` for presigned part URLs instead, then
+    ``.../direct/complete`` with ``upload_id`` (ADR 0040)."""
+    return f"{API_PREFIX}/trials/{trial_id}/checkpoints/sets/{uuid}/members/{name}"
+
+
+def set_rank_path(trial_id: int, uuid: str, rank: int) -> str:
+    """POST what a rank stored of a sharded checkpoint (``world_size``, ``step``, ``attempt``,
+    ``metrics``, ``members``: name, size, sha256); the last rank's report publishes it."""
+    return f"{API_PREFIX}/trials/{trial_id}/checkpoints/sets/{uuid}/ranks/{rank}"
+
+
+def checkpoint_manifest_path(trial_id: int, checkpoint_id: int) -> str:
+    """GET ``{sharded, members, meta}`` of a checkpoint."""
+    return f"{API_PREFIX}/trials/{trial_id}/checkpoints/{checkpoint_id}/manifest"
+
+
+def checkpoint_member_path(trial_id: int, checkpoint_id: int, name: str) -> str:
+    """GET one file of a sharded checkpoint (``.../direct``: a presigned URL of it)."""
+    return f"{API_PREFIX}/trials/{trial_id}/checkpoints/{checkpoint_id}/members/{name}"
 
 
 def init_weights_path(trial_id: int) -> str:

@@ -70,6 +70,9 @@ class ControlPlaneClient:
         self._http = httpx.Client(base_url=api_url, headers=headers, timeout=timeout_s)
         self._trial_id = trial_id
         self._timeout_s = timeout_s
+        # how checkpoint bytes travel: None (ask the control plane), "direct" (presigned
+        # URLs to the bucket) or "control-plane" (through its API); ADR 0033
+        self._route: str | None = None
 
     def close(self) -> None:
         self._http.close()
@@ -135,6 +138,13 @@ class ControlPlaneClient:
         budget_s: float | None = None,
     ) -> protocol.CheckpointRecord:
         size = path.stat().st_size
+        if self._route != "control-plane":
+            direct = self._upload_direct(
+                path, uuid=uuid, step=step, attempt=attempt, metrics=metrics, budget_s=budget_s
+            )
+            if direct is not None:
+                return direct
+            self._route = "control-plane"
         params = {
             "uuid": uuid,
             "step": str(step),
@@ -157,11 +167,126 @@ class ControlPlaneClient:
             raise ControlPlaneError(f"upload checkpoint: unexpected answer {record!r}")
         return cast(protocol.CheckpointRecord, record)
 
+    def _upload_direct(
+        self,
+        path: Path,
+        *,
+        uuid: str,
+        step: int,
+        attempt: int,
+        metrics: Mapping[str, float],
+        budget_s: float | None,
+    ) -> protocol.CheckpointRecord | None:
+        """The checkpoint's parts straight to the bucket with URLs the control plane signs,
+        then published by it; None where it answers that it stores through itself."""
+        from trainhub.runtime import direct_storage
+
+        body = {
+            "uuid": uuid,
+            "step": step,
+            "attempt": attempt,
+            "metrics": dict(metrics),
+            "size_bytes": path.stat().st_size,
+        }
+        what = "begin direct checkpoint upload"
+        issued_at = time.monotonic()
+        response = _send(
+            lambda: self._http.post(
+                protocol.direct_checkpoint_path(self._trial_id),
+                json=body,
+                timeout=self._timeout(budget_s),
+            )
+        )
+        if response.status_code == 404 and self._route is None:
+            return None  # an older server without the route
+        _check(response, what)
+        plan = _json(response, what)
+        route = plan.get("route") if isinstance(plan, dict) else None
+        if route == "control-plane":
+            return None
+        self._route = "direct"
+        if route == "stored":
+            return cast(protocol.CheckpointRecord, plan["checkpoint"])
+        if route != "direct":
+            raise ControlPlaneError(f"{what}: unexpected answer {plan!r}")
+        try:
+            direct_storage.upload_parts(
+                path, plan, issued_at=issued_at, timeout_s=max(self._timeout_s, 60.0)
+            )
+        except direct_storage.BucketUnreachable as exc:
+            logger.warning(
+                "the bucket is unreachable from here (%s): checkpoints go through "
+                "the control plane",
+                exc,
+            )
+            return None
+        response = _send(
+            lambda: self._http.post(
+                protocol.direct_checkpoint_complete_path(self._trial_id),
+                json={**body, "upload_id": plan["upload_id"]},
+                timeout=max(self._timeout(budget_s), 60.0),
+            )
+        )
+        _check(response, "complete direct checkpoint upload")
+        record = _json(response, "complete direct checkpoint upload")
+        if not isinstance(record, dict) or "id" not in record:
+            raise ControlPlaneError(f"complete direct checkpoint upload: unexpected {record!r}")
+        return cast(protocol.CheckpointRecord, record)
+
+    def _download_direct(
+        self, checkpoint_id: int, destination: Path, budget_s: float | None
+    ) -> bool:
+        """Fetch the checkpoint straight from the bucket; False where the control plane
+        answers that it serves the bytes itself."""
+        from trainhub.runtime import direct_storage
+
+        what = f"direct download of checkpoint {checkpoint_id}"
+        issued_at = time.monotonic()
+        response = _send(
+            lambda: self._http.get(
+                protocol.direct_checkpoint_file_path(self._trial_id, checkpoint_id),
+                timeout=self._timeout(budget_s),
+            )
+        )
+        if response.status_code == 404 and self._route is None:
+            self._route = "control-plane"  # an older server without the route (or no such
+            return False  # checkpoint: the control plane's route says so by name)
+        _check(response, what)
+        plan = _json(response, what)
+        if not isinstance(plan, dict) or plan.get("route") != "direct":
+            self._route = "control-plane"
+            return False
+        try:
+            direct_storage.download_ranges(
+                str(plan["url"]),
+                int(plan["size_bytes"]),
+                destination,
+                issued_at=issued_at,
+                expires_s=float(plan.get("expires_in_s") or 0),
+                timeout_s=max(self._timeout_s, 60.0),
+            )
+        except direct_storage.BucketUnreachable as exc:
+            logger.warning(
+                "the bucket is unreachable from here (%s): restores go through the control plane",
+                exc,
+            )
+            self._route = "control-plane"
+            return False
+        self._route = "direct"
+        return True
+
     def download_checkpoint(
         self, checkpoint_id: int, destination: Path, budget_s: float | None = None
     ) -> None:
         """Stream the checkpoint's bytes into ``destination`` (written whole or not at all)."""
         partial = destination.with_name(f"{destination.name}.part-{threading.get_ident()}")
+        if self._route != "control-plane":
+            try:
+                if self._download_direct(checkpoint_id, partial, budget_s):
+                    partial.replace(destination)
+                    return
+            finally:
+                partial.unlink(missing_ok=True)
         url = protocol.checkpoint_file_path(self._trial_id, checkpoint_id)
         try:
             with self._http.stream("GET", url, timeout=self._timeout(budget_s)) as response:
@@ -174,6 +299,150 @@ class ControlPlaneClient:
             partial.replace(destination)
         except httpx.TransportError as exc:
             raise TransientError(f"download checkpoint {checkpoint_id}: {exc!r}") from exc
+        finally:
+            partial.unlink(missing_ok=True)
+
+    # --- sharded checkpoints: one object per rank's file (ADR 0040) ---
+
+    def upload_set_member(
+        self,
+        path: Path,
+        *,
+        uuid: str,
+        name: str,
+        step: int,
+        attempt: int,
+        budget_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Store one file of a sharded checkpoint (straight to the bucket where the control
+        plane signs URLs, else through its API); answers ``{name, size_bytes, ...}``, with
+        ``checkpoint`` when the set is published already."""
+        from trainhub.runtime import direct_storage
+
+        member_path = protocol.set_member_path(self._trial_id, uuid, name)
+        size = path.stat().st_size
+        body = {"step": step, "attempt": attempt, "size_bytes": size}
+        if self._route != "control-plane":
+            issued_at = time.monotonic()
+            what = f"begin direct upload of {name}"
+            response = _send(
+                lambda: self._http.post(
+                    f"{member_path}/direct", json=body, timeout=self._timeout(budget_s)
+                )
+            )
+            _check(response, what)
+            plan = _json(response, what)
+            route = plan.get("route") if isinstance(plan, dict) else None
+            if route == "stored":
+                return {"name": name, "size_bytes": 0, "checkpoint": plan["checkpoint"]}
+            if route == "direct":
+                try:
+                    direct_storage.upload_parts(
+                        path, plan, issued_at=issued_at, timeout_s=max(self._timeout_s, 60.0)
+                    )
+                except direct_storage.BucketUnreachable as exc:
+                    logger.warning("the bucket is unreachable from here (%s)", exc)
+                    self._route = "control-plane"
+                else:
+                    self._route = "direct"
+                    what = f"complete direct upload of {name}"
+                    response = _send(
+                        lambda: self._http.post(
+                            f"{member_path}/direct/complete",
+                            json={**body, "upload_id": plan["upload_id"]},
+                            timeout=max(self._timeout(budget_s), 60.0),
+                        )
+                    )
+                    _check(response, what)
+                    return cast(dict[str, Any], _json(response, what))
+            else:
+                self._route = "control-plane"
+        response = _send(
+            lambda: self._http.put(
+                member_path,
+                params={"step": str(step), "attempt": str(attempt)},
+                content=_file_chunks(path),
+                headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+                timeout=self._timeout(budget_s),
+            )
+        )
+        _check(response, f"upload {name}")
+        return cast(dict[str, Any], _json(response, f"upload {name}"))
+
+    def report_set_rank(
+        self, uuid: str, rank: int, report: Mapping[str, Any], budget_s: float | None = None
+    ) -> dict[str, Any]:
+        """Say what this rank stored; ``published`` once every rank did."""
+        what = f"report rank {rank} of checkpoint {uuid}"
+        response = _send(
+            lambda: self._http.post(
+                protocol.set_rank_path(self._trial_id, uuid, rank),
+                json=dict(report),
+                timeout=max(self._timeout(budget_s), 60.0),
+            )
+        )
+        _check(response, what)
+        return cast(dict[str, Any], _json(response, what))
+
+    def get_manifest(self, checkpoint_id: int, budget_s: float | None = None) -> dict[str, Any]:
+        what = f"GET the manifest of checkpoint {checkpoint_id}"
+        response = _send(
+            lambda: self._http.get(
+                protocol.checkpoint_manifest_path(self._trial_id, checkpoint_id),
+                timeout=self._timeout(budget_s),
+            )
+        )
+        _check(response, what)
+        return cast(dict[str, Any], _json(response, what))
+
+    def download_set_member(
+        self, checkpoint_id: int, name: str, destination: Path, budget_s: float | None = None
+    ) -> None:
+        """One file of a sharded checkpoint into ``destination`` (straight from the bucket
+        where the control plane signs a URL); written whole or not at all."""
+        from trainhub.runtime import direct_storage
+
+        path = protocol.checkpoint_member_path(self._trial_id, checkpoint_id, name)
+        partial = destination.with_name(f"{destination.name}.part-{threading.get_ident()}")
+        try:
+            if self._route != "control-plane":
+                issued_at = time.monotonic()
+                what = f"direct download of {name}"
+                response = _send(
+                    lambda: self._http.get(f"{path}/direct", timeout=self._timeout(budget_s))
+                )
+                _check(response, what)
+                plan = _json(response, what)
+                if isinstance(plan, dict) and plan.get("route") == "direct":
+                    try:
+                        direct_storage.download_ranges(
+                            str(plan["url"]),
+                            int(plan["size_bytes"]),
+                            partial,
+                            issued_at=issued_at,
+                            expires_s=float(plan.get("expires_in_s") or 0),
+                            timeout_s=max(self._timeout_s, 60.0),
+                        )
+                    except direct_storage.BucketUnreachable as exc:
+                        logger.warning("the bucket is unreachable from here (%s)", exc)
+                        self._route = "control-plane"
+                    else:
+                        self._route = "direct"
+                        partial.replace(destination)
+                        return
+                else:
+                    self._route = "control-plane"
+            try:
+                with self._http.stream("GET", path, timeout=self._timeout(budget_s)) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        _check(response, f"download {name}")
+                    with partial.open("wb") as out:
+                        for chunk in response.iter_bytes(_CHUNK_BYTES):
+                            out.write(chunk)
+            except httpx.TransportError as exc:
+                raise TransientError(f"download {name}: {exc!r}") from exc
+            partial.replace(destination)
         finally:
             partial.unlink(missing_ok=True)
 

@@ -30,6 +30,7 @@ __all__ = [
     "MANIFEST",
     "ArtifactSet",
     "SetMember",
+    "copy_set",
     "delete_set",
     "iter_member",
     "list_sets",
@@ -176,3 +177,16 @@ def delete_set(store: ArtifactStore, prefix: str) -> None:
     store.delete(_manifest_key(prefix))
     for blob in store.list(prefix.rstrip("/") + "/"):
         store.delete(blob.key)
+
+
+def copy_set(store: ArtifactStore, source: str, target: str) -> int:
+    """Copy the published set ``source`` to ``target`` (members verified as they stream,
+    the manifest last); returns the members' bytes."""
+    found = read_set(store, source)
+    if found is None:
+        raise NotFound(f"no published set at {source!r}")
+    members = [
+        write_member(store, target, m.name, iter_member(store, found, m.name))
+        for m in found.members
+    ]
+    return publish_set(store, target, members, found.meta).size

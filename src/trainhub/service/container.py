@@ -10,6 +10,7 @@ from trainhub.service.admin import AdminService, authenticate_with
 from trainhub.service.clock import Clock
 from trainhub.service.datasets import DatasetService
 from trainhub.service.debugging import DebugService
+from trainhub.service.direct_checkpoints import DirectCheckpoints
 from trainhub.service.environments import EnvironmentService
 from trainhub.service.experiments import ExperimentService
 from trainhub.service.monitoring import MonitoringService
@@ -17,6 +18,7 @@ from trainhub.service.ports import Principal
 from trainhub.service.profiling import ProfilingService
 from trainhub.service.registry import RegistryService
 from trainhub.service.repository import UnitOfWork
+from trainhub.service.sessions import SessionService
 from trainhub.service.steering import SteeringService
 from trainhub.service.tracking import TrackingService
 from trainhub.service.usage import UsageService
@@ -40,6 +42,9 @@ class Services:
     profiling: ProfilingService | None = None  # trainhub profile (api/routes/profiles)
     environments: EnvironmentService | None = None  # trainhub envs (api/routes/environments)
     datasets: DatasetService | None = None  # trainhub data (api/routes/datasets)
+    # presigned checkpoint transfers of ranks (api/routes/trial_storage, ADR 0033)
+    direct_checkpoints: DirectCheckpoints | None = None
+    sessions: SessionService | None = None  # notebooks, shells, TensorBoard (docs/sessions.md)
     # the IP addresses of the cluster's nodes: never locked out as a whole by the
     # failed-authentication limit (api/failed_auth.py); loopback always counts
     node_addresses: Callable[[], Iterable[str]] = tuple

@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from trainhub.core.fairshare import DecayedUsage
+from trainhub.core.federated_spec import FEDERATED_ENV, launch_argv, launch_env
 from trainhub.core.gcpause import collection_paused
 from trainhub.core.isolation import OOM_MARK
 from trainhub.core.limits import DEFAULT_MAX_LOG_BYTES_PER_TRIAL
@@ -48,6 +49,7 @@ from trainhub.core.verdicts import (
 )
 from trainhub.runtime import protocol
 from trainhub.service.auth import new_token
+from trainhub.service.checkpoint_leftovers import CheckpointLeftovers, SweepReport
 from trainhub.service.clock import Clock
 from trainhub.service.environments import (
     EnvironmentBuilding,
@@ -79,6 +81,7 @@ from trainhub.service.records import (
 from trainhub.service.repository import Repository, UnitOfWork
 from trainhub.service.scheduling_view import SchedulingView
 from trainhub.service.search_ports import TrialHooks
+from trainhub.service.traffic import TrafficMeter
 from trainhub.service.trial_logs import LogPosition, RankLogs
 from trainhub.service.trial_writes import write_trial
 from trainhub.service.write_quotas import WriteQuotas
@@ -127,6 +130,11 @@ class LoopConfig:
     trial_token_ttl_s: float = 30 * 24 * 3600.0
     # how often orphaned Ray actors (no attempt row owns them) are looked for
     orphan_check_interval_s: float = 30.0
+    # how often the store is swept of checkpoints never published (ADR 0047), and how long
+    # after a trial's attempt ended its unpublished checkpoint bytes are kept (a rank of a
+    # lost node may still be finishing an upload it began)
+    leftover_sweep_interval_s: float = 600.0
+    leftover_grace_s: float = 600.0
     # half-life of the decayed usage that fair share orders tenants by
     usage_half_life_s: float = 24 * 3600.0
     # how often the duration estimates (run times of completed trials) are read again, and
@@ -139,6 +147,8 @@ class LoopConfig:
     def __post_init__(self) -> None:
         if not self.api_url.startswith(("http://", "https://")):
             raise ValueError(f"api_url must be an http(s) URL, got {self.api_url!r}")
+        if self.leftover_sweep_interval_s <= 0 or self.leftover_grace_s < 0:
+            raise ValueError("leftover_sweep_interval_s must be > 0 and leftover_grace_s >= 0")
 
     @property
     def limits(self) -> AttemptLimits:
@@ -158,6 +168,8 @@ class TickReport:
     pending: int = 0
     # the verdict on each polled attempt (trial id -> verdict), in tick order
     verdicts: dict[int, Verdict] = field(default_factory=dict)
+    # what the sweep of unpublished checkpoints did, in a tick it ran (ADR 0047)
+    leftovers: SweepReport | None = None
 
 
 class ControlLoop:
@@ -180,6 +192,10 @@ class ControlLoop:
         self._ready_environments: dict[int, EnvironmentReady] = {}  # trial -> its environment
         self.monitoring = monitoring  # node health, temperatures, cordon/drain (service/monitoring)
         self.hooks = hooks  # searches: pruning, pausing, warm starts (service/search.py)
+        # an interactive session's secret, base URL and home (service/sessions.py wires it)
+        self.session_env: Callable[[int], tuple[dict[str, str], str | None]] | None = None
+        # called with an ended trial's id before its folder is removed (event files kept)
+        self.keep_trial_files: Callable[[int], None] | None = None
         self.executor = executor
         self.store = store
         self.policy = policy
@@ -198,11 +214,15 @@ class ControlLoop:
         # the active trials and their open attempts, kept from the numbered changes
         self.observed = ObservedTrials(self.view.resync_s)
         self._last_orphan_check = float("-inf")
+        # checkpoints that never published: their bytes go once their trial stops writing
+        self.leftovers = CheckpointLeftovers(uow, store, clock, config.leftover_grace_s)
+        self._last_leftover_sweep = float("-inf")
         # attempt key -> rank -> where its log stands (see _poll_with_logs)
         self._log_sizes: dict[str, dict[int, LogPosition]] = {}
         self._rank_logs = RankLogs(store)
         # what trials write on their nodes, against their storage quotas (issue 24)
         self.write_quotas = WriteQuotas()
+        self.traffic = TrafficMeter()  # network bytes per attempt and rank (issue 30)
         self.trial_files = trial_files
 
     @property
@@ -236,6 +256,7 @@ class ControlLoop:
         if running:
             self._mark_running(running)
         self._hold_write_quotas({t.id: t.tenant for t in active if not t.state.is_terminal})
+        self._record_traffic()
         if len(self._log_sizes) > len(attempts):  # ended attempts' counts
             polled = {a.key for a in attempts.values()}
             self._log_sizes = {k: v for k, v in self._log_sizes.items() if k in polled}
@@ -244,6 +265,7 @@ class ControlLoop:
         if self.monitoring is not None:
             self._watch_nodes(active, attempts)
         self._schedule(report)
+        report.leftovers = self._sweep_leftovers()
         return report
 
     def _watch_nodes(self, active: Sequence[ActiveRecord], attempts: Mapping[int, Attempt]) -> None:
@@ -343,6 +365,7 @@ class ControlLoop:
             self._log_sizes[attempt.key] = positions
         status = self.executor.poll(attempt.key, {r: p.read for r, p in positions.items()})
         self.write_quotas.observe(trial.id, status)
+        self.traffic.observe(trial.id, attempt.id, status)
         for rank_status in status.ranks:
             position = positions.get(rank_status.rank)
             if position is None:
@@ -423,6 +446,18 @@ class ControlLoop:
         if ended:
             self._discard_trial_files(ended)
 
+    # ---------------------------------------------------------------- traffic
+    def _record_traffic(self) -> None:
+        """Write the network bytes that grew (one transaction every few seconds at most)."""
+        now = self.clock()
+        if not self.traffic.due(now):
+            return
+        try:
+            with self.uow() as repo:
+                self.traffic.flush(repo, now)
+        except Exception:  # accounting never stops the loop; the next flush writes it
+            log.exception("could not record the trials' network traffic")
+
     # ---------------------------------------------------------------- write quotas
     def _hold_write_quotas(self, tenants_of: Mapping[int, str]) -> None:
         """Write what the nodes measured of the trials' folders; stop (as a cancel does, with
@@ -445,9 +480,15 @@ class ControlLoop:
                     log.exception("could not make trial %d's folder read-only", trial_id)
 
     def _discard_trial_files(self, trial_ids: Sequence[int]) -> None:
-        """Retention of ended trials' folders: removed, and no longer counted."""
+        """Retention of ended trials' folders: removed, and no longer counted (what of them
+        is kept, TensorBoard's event files, is kept first: ``keep_trial_files``)."""
         if self.trial_files is not None:
             for trial_id in trial_ids:
+                if self.keep_trial_files is not None:
+                    try:
+                        self.keep_trial_files(trial_id)
+                    except Exception:
+                        log.exception("could not keep trial %d's event files", trial_id)
                 try:
                     self.trial_files.discard_trial_files(trial_id)
                 except Exception:
@@ -584,6 +625,20 @@ class ControlLoop:
             self.executor.terminate(key, 0)
             self.executor.release(key)
 
+    def _sweep_leftovers(self) -> SweepReport | None:
+        """Every ``leftover_sweep_interval_s``: delete checkpoints never published whose
+        trial stopped writing (ADR 0047). A store that fails is logged, never fatal to the
+        tick: the next interval tries again."""
+        now = self.clock()
+        if now - self._last_leftover_sweep < self.config.leftover_sweep_interval_s:
+            return None
+        self._last_leftover_sweep = now
+        try:
+            return self.leftovers.sweep()
+        except Exception:
+            log.exception("sweeping unpublished checkpoints failed")
+            return None
+
     # ---------------------------------------------------------------- scheduling
     def _load_specs(
         self, repo: Repository, trials: Sequence[Trial | SchedulingRecord | ActiveRecord]
@@ -680,7 +735,7 @@ class ControlLoop:
                 failed.append((start.trial_id, "this control plane builds no environments"))
                 continue
             readiness = self.environments.prepare(
-                experiment_id, spec, partial(self._context_of, experiment_id)
+                experiment_id, spec, partial(self._context_of, experiment_id), start.placement
             )
             if isinstance(readiness, EnvironmentReady):
                 self._ready_environments[start.trial_id] = readiness
@@ -833,6 +888,15 @@ class ControlLoop:
             env[protocol.ENV_DISTILL] = json.dumps(distill)
         if raw.get("data"):  # the node fetches and mounts them (ray_executor/node_datasets.py)
             env["TRAINHUB_DATASETS"] = json.dumps(raw["data"])
+        argv = tuple(spec.entrypoint_argv)
+        if spec.federated is not None:  # a Flower server and its clients (ADR 0044)
+            mounts = [(d.name, d.mount) for d in spec.data]
+            env[FEDERATED_ENV] = launch_env(raw["federated"], mounts)
+            argv = launch_argv(list(argv))
+        home = None
+        if raw.get("session") and self.session_env is not None:
+            extra, home = self.session_env(trial.experiment_id)
+            env.update(extra)
         context = self.store.get(started.context_key) if started.context_key else b""
         # where the attempt's start goes: the rank adds its marks (trainhub.core.startup)
         env[protocol.ENV_STARTUP_MARKS] = json.dumps({"launched_at": self.clock()})
@@ -840,7 +904,7 @@ class ControlLoop:
             attempt_key=attempt.key,
             trial_id=trial.id,
             attempt=attempt.number,
-            argv=tuple(spec.entrypoint_argv),
+            argv=argv,
             context_archive=context,
             env={k: str(v) for k, v in env.items()},
             placement=attempt.placement,
@@ -850,6 +914,8 @@ class ControlLoop:
             pin_cpus=spec.resources.pin_cpus,
             strategy=spec.resources.placement,
             environment_dir=started.environment.path if started.environment else None,
+            environment_key=started.environment.record.key if started.environment else None,
+            home_key=home,
         )
         if started.environment is not None and self.environments is not None:
             self.environments.used(started.environment, attempt.placement)

@@ -19,7 +19,7 @@ a trial's node fetches the pinned versions with the trial's token (:meth:`trial_
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from trainhub.core import limits
@@ -33,10 +33,12 @@ from trainhub.core.errors import (
     QuotaExceeded,
 )
 from trainhub.core.spec import ExperimentSpec
+from trainhub.core.tenant_assets import pick_version
 from trainhub.service.auth import check_trial_scope, check_write, require_user
 from trainhub.service.clock import Clock
 from trainhub.service.ports import ArtifactStore, BlobWriter, Principal
 from trainhub.service.repository import UnitOfWork
+from trainhub.service.tenant_assets import TenantAssets, readable_tenants
 from trainhub.service.tracking import StorageQuota
 
 
@@ -140,18 +142,6 @@ def blob_key(tenant: str, sha256: str) -> str:
     return f"tenants/{tenant}/datasets/sha256/{sha256}.tar"
 
 
-def _visible_to(dataset: Dataset, tenants: Sequence[str] | None) -> bool:
-    return (
-        tenants is None
-        or dataset.tenant in tenants
-        or bool(set(dataset.shared_with) & set(tenants))
-    )
-
-
-def _readable_tenants(principal: Principal) -> list[str] | None:
-    return None if principal.is_admin else sorted(principal.roles)
-
-
 def _name(name: str) -> str:
     if not valid_name(name):
         raise InvalidRequest(
@@ -189,59 +179,40 @@ class DatasetService:
         self.clock = clock
         self.protected_mounts = tuple(protected_mounts)
         self.other_bytes = other_bytes
+        self.assets: TenantAssets[Dataset] = TenantAssets(
+            uow,
+            datasets.find_datasets,
+            datasets.set_share,
+            kind="dataset",
+            listing="trainhub data ls",
+            share_limit=limits.MAX_DATASET_SHARES,
+        )
 
     # --- reading ---
 
     def _find(self, name: str, owner: str | None, tenants: Sequence[str] | None) -> Dataset:
         """The one dataset called ``name`` among those ``tenants`` see (their own first)."""
-        found = [d for d in self.datasets.find_datasets(name, owner) if _visible_to(d, tenants)]
-        if tenants is not None and len(found) > 1:
-            found = [d for d in found if d.tenant in tenants] or found
-        ref = f"{owner}/{name}" if owner else name
-        if not found:
-            raise NotFound(f"dataset {ref} does not exist", "see `trainhub data ls`")
-        if len(found) > 1:
-            owners = ", ".join(sorted(d.tenant for d in found))
-            raise InvalidRequest(
-                f"several datasets are called {name!r} (tenants {owners})",
-                f"name it TENANT/{name}",
-            )
-        return found[0]
+        return self.assets.find(name, owner, tenants)
 
     @staticmethod
     def _version(dataset: Dataset, version: int | None) -> DatasetVersion:
-        if version is None:
-            if dataset.latest is None:
-                raise NotFound(f"dataset {dataset.name} has no version")
-            return dataset.latest
-        for item in dataset.versions:
-            if item.version == version:
-                return item
-        have = ", ".join(str(v.version) for v in dataset.versions) or "none"
-        raise NotFound(f"dataset {dataset.name} has no version {version}", f"its versions: {have}")
+        return pick_version(dataset.versions, "dataset", dataset.name, version)
 
     def list_datasets(self, principal: Principal, limit: int = 100) -> list[Dataset]:
         require_user(principal)
         limit = max(1, min(limit, limits.MAX_DATASETS_LISTED))
-        found = self.datasets.list_datasets(_readable_tenants(principal), limit)
-        return [self._hide_shares(principal, d) for d in found]
+        found = self.datasets.list_datasets(readable_tenants(principal), limit)
+        return [self.assets.hide_shares(principal, d) for d in found]
 
     def get_dataset(self, principal: Principal, name: str, owner: str | None) -> Dataset:
         require_user(principal)
-        found = self._find(_name(name), owner, _readable_tenants(principal))
-        return self._hide_shares(principal, found)
+        found = self._find(_name(name), owner, readable_tenants(principal))
+        return self.assets.hide_shares(principal, found)
 
     def get_version(
         self, principal: Principal, name: str, version: int | None, owner: str | None
     ) -> DatasetVersion:
         return self._version(self.get_dataset(principal, name, owner), version)
-
-    def _hide_shares(self, principal: Principal, dataset: Dataset) -> Dataset:
-        """Other tenants see that it is shared with them, not with whom else."""
-        if principal.is_admin or dataset.tenant in principal.roles:
-            return dataset
-        mine = tuple(t for t in dataset.shared_with if t in principal.roles)
-        return replace(dataset, shared_with=mine)
 
     # --- pushing ---
 
@@ -363,22 +334,7 @@ class DatasetService:
     ) -> Dataset:
         """Share dataset ``name`` with ``tenant`` (or stop): admins of its tenant only."""
         dataset = self.get_dataset(principal, name, owner)
-        if not principal.is_admin and principal.roles.get(dataset.tenant) != "admin":
-            raise PermissionDenied(
-                f"only admins of tenant {dataset.tenant!r} share its datasets",
-                "ask a tenant admin",
-            )
-        with self.uow() as repo:
-            if repo.get_tenant(tenant) is None:
-                raise NotFound(f"tenant {tenant!r} does not exist")
-        if tenant == dataset.tenant:
-            raise InvalidRequest(f"dataset {name} already belongs to tenant {tenant!r}")
-        if shared and len(dataset.shared_with) >= limits.MAX_DATASET_SHARES:
-            raise InvalidRequest(
-                f"dataset {name} is shared with {len(dataset.shared_with)} tenants; the limit "
-                f"is {limits.MAX_DATASET_SHARES}"
-            )
-        self.datasets.set_share(dataset.id, tenant, shared)
+        self.assets.share(principal, dataset, name, tenant, shared)
         return self.get_dataset(principal, name, dataset.tenant)
 
     # --- a spec's data list ---

@@ -10,6 +10,11 @@ resolver's message; ADR 0026). Builds run on this service's worker thread, one p
 however many trials wait for it; the builder's file lock makes a second process wait for the
 first. Ready environments are evicted least-recently-used past the cache size an admin sets,
 never while a queued or running trial needs one.
+
+Where no folder is shared with the nodes (ADR 0034), the control plane only resolves (the
+lock is text) and each node that will run a rank installs the environment into its own cache,
+once per node (a :class:`NodeInstaller`: a task on that node, under the builder's lock); the
+trial waits, holding no slot, until every node of its placement has it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from trainhub.service.repository import UnitOfWork
 
 log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 4000  # of the resolver's message kept in a trial's reason
+MAX_LOG_CHARS = 200_000  # of the build log kept (nodes append theirs)
+NODE_BUILDS_AT_ONCE = 8  # installs on distinct nodes run side by side
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,30 @@ class EnvironmentBuilder(Protocol):
         ...
 
     def remove(self, key: str) -> None: ...
+
+
+class NodeInstaller(Protocol):
+    """Port: install environments on the nodes that run ranks, each node into a cache of its
+    own (no folder shared with the control plane; adapters/ray_executor/node_environments.py).
+    """
+
+    def install(
+        self, node_id: str, key: str, packages: Sequence[str], base: BaseIdentity
+    ) -> Installed:
+        """Install ``packages`` as environment ``key`` on ``node_id`` and wait: once per node
+        (a second caller finds it installed). Raises :class:`BuildFailed` with uv's message
+        (or when the node's base is not ``base``), :class:`NodeLost` when the node went away.
+        """
+        ...
+
+    def remove(self, key: str) -> None:
+        """Remove the environment from every live node's cache (best effort)."""
+        ...
+
+
+class NodeLost(Exception):
+    """The node went away while it installed: not the environment's fault (built again on
+    the node the trial is placed on next)."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +187,7 @@ class EnvironmentStore(Protocol):
 
 @dataclass(frozen=True)
 class EnvironmentReady:
-    path: str
+    path: str | None  # the venv; None: in each node's own cache, under ``record.key``
     record: EnvironmentRecord
 
 
@@ -193,10 +224,12 @@ class EnvironmentService:
         clock: Clock,
         cache_bytes: int | None = None,
         wake: Callable[[], None] = lambda: None,
+        nodes: NodeInstaller | None = None,
     ) -> None:
         self.uow = uow
         self.store = store
-        self.builder = builder
+        self.builder = builder  # resolves; installs too unless ``nodes`` does
+        self.nodes = nodes  # None: installed here, into a cache every node reads
         self.clock = clock
         self.cache_bytes = cache_bytes  # None: never evicted
         self.wake = wake  # the control loop, told when a build ends
@@ -204,8 +237,11 @@ class EnvironmentService:
         self._lock = threading.Lock()
         self._requests: dict[int, tuple[str, list[str]]] = {}  # experiment -> key, lines
         self._jobs: dict[str, _Job] = {}  # request key -> the latest build of it
-        # one build at a time; daemon threads: a server that stops does not wait for uv
+        # (environment key, node) -> the latest install of it there (``nodes`` only)
+        self._node_jobs: dict[tuple[str, str], _Job] = {}
+        # one build at a time here; daemon threads: a server that stops does not wait for uv
         self._one_build = threading.Semaphore(1)
+        self._node_builds = threading.Semaphore(NODE_BUILDS_AT_ONCE)  # each on its own node
 
     def base(self) -> BaseEnvironment:
         if self._base is None:
@@ -224,12 +260,18 @@ class EnvironmentService:
     # ---------------------------------------------------------------- the control loop
 
     def prepare(
-        self, experiment_id: int, spec: ExperimentSpec, context: Callable[[], bytes | None]
+        self,
+        experiment_id: int,
+        spec: ExperimentSpec,
+        context: Callable[[], bytes | None],
+        nodes: Collection[str] = (),
     ) -> Readiness:
-        """Whether a trial of the experiment can start now, and in which environment.
+        """Whether a trial of the experiment can start now, on ``nodes`` (its placement), and
+        in which environment.
 
         Cheap when asked again (every tick a trial waits): the request is computed once per
-        experiment and a build runs once per request.
+        experiment, a build runs once per request, and (with a :class:`NodeInstaller`) an
+        install once per node.
         """
         with self._lock:
             known = self._requests.get(experiment_id)
@@ -246,6 +288,8 @@ class EnvironmentService:
         key, lines = known
         record = self.store.get(key)
         if record is not None and record.state == EnvironmentState.READY and record.key:
+            if self.nodes is not None:
+                return self._on_nodes(experiment_id, record, lines, nodes)
             path = self.builder.path(record.key)
             if path is not None:
                 return EnvironmentReady(path, record)
@@ -265,13 +309,51 @@ class EnvironmentService:
                     daemon=True,
                 ).start()
             job.waiters.add(experiment_id)
-        what = ", ".join(lines[:3]) + (f" and {len(lines) - 3} more" if len(lines) > 3 else "")
-        return EnvironmentBuilding(f"building its environment {short_key(key)} ({what})")
+        return EnvironmentBuilding(_building(key, lines))
+
+    def _on_nodes(
+        self,
+        experiment_id: int,
+        record: EnvironmentRecord,
+        lines: Sequence[str],
+        nodes: Collection[str],
+    ) -> Readiness:
+        """Ready once every node of the placement has installed the resolved environment;
+        the installs missing are started (one per node however many trials wait)."""
+        assert self.nodes is not None
+        assert record.key is not None
+        missing: list[str] = []
+        with self._lock:
+            for node in sorted(set(nodes)):
+                job = self._node_jobs.get((record.key, node))
+                if job is not None and job.done:
+                    if job.error is None:
+                        continue
+                    if experiment_id in job.waiters:
+                        return EnvironmentFailed(job.error)
+                    job = None  # a new experiment asks again: the index may answer now
+                if job is None:
+                    job = _Job()
+                    self._node_jobs[(record.key, node)] = job
+                    threading.Thread(
+                        target=self._install_on_node,
+                        args=(record, node, job),
+                        name=f"trainhub-env-{short_key(record.key)}-{node[:8]}",
+                        daemon=True,
+                    ).start()
+                job.waiters.add(experiment_id)
+                missing.append(node)
+        if not missing:
+            return EnvironmentReady(None, record)
+        where = f"node {missing[0][:12]}" if len(missing) == 1 else f"{len(missing)} nodes"
+        return EnvironmentBuilding(f"{_building(record.request_key, lines)} on {where}")
 
     def building(self) -> list[str]:
-        """The request keys whose build is in flight in this process."""
+        """The request keys (and environment keys installing on a node) in flight here."""
         with self._lock:
-            return [key for key, job in self._jobs.items() if not job.done]
+            return [key for key, job in self._jobs.items() if not job.done] + [
+                key for (key, _node), job in self._node_jobs.items() if not job.done
+            ]
 
     def used(self, ready: EnvironmentReady, nodes: Collection[str]) -> None:
         """An attempt starts with the environment (its last use, its nodes)."""
@@ -290,7 +372,10 @@ class EnvironmentService:
             lock, resolve_log = self.builder.resolve(lines, base)
             env_key = environment_key(lock, base.identity)
             packages = layered_packages(lock, base.versions)
-            installed = self.builder.install(env_key, packages, base)
+            if self.nodes is None:
+                installed = self.builder.install(env_key, packages, base)
+            else:  # resolved only: each node installs it when a trial is placed there
+                installed = Installed("", 0, False, "")
             self.store.finish(
                 key,
                 env_key,
@@ -301,7 +386,7 @@ class EnvironmentService:
                 installed.built,
                 self.clock(),
             )
-            log.info("environment %s ready (%s)", short_key(env_key), ", ".join(lines))
+            log.info("environment %s resolved (%s)", short_key(env_key), ", ".join(lines))
         except BuildFailed as exc:
             error = exc.message[-MAX_ERROR_CHARS:]
             self._record_failure(key, error, exc.log)
@@ -313,6 +398,48 @@ class EnvironmentService:
             self._evict_quietly()
         with self._lock:
             job.error, job.done = error, True
+        self.wake()
+
+    def _install_on_node(self, record: EnvironmentRecord, node: str, job: _Job) -> None:
+        assert self.nodes is not None
+        assert record.key is not None
+        error: str | None = None
+        retry = False
+        with self._node_builds:
+            started = time.monotonic()
+            try:
+                installed = self.nodes.install(
+                    node, record.key, record.packages, self.base().identity
+                )
+                if installed.built:  # counted and sized once per node that built it
+                    built_log = f"{record.build_log}\n[node {node[:12]}]\n{installed.log}"
+                    self.store.finish(
+                        record.request_key,
+                        record.key,
+                        record.packages,
+                        installed.size_bytes,
+                        built_log.strip()[-MAX_LOG_CHARS:],
+                        time.monotonic() - started,
+                        True,
+                        self.clock(),
+                    )
+                    log.info("environment %s built on node %s", short_key(record.key), node)
+            except BuildFailed as exc:
+                error = f"on node {node[:12]}: {exc.message}"[-MAX_ERROR_CHARS:]
+                self._record_failure(record.request_key, error, exc.log)
+            except NodeLost as exc:  # the next placement avoids the node: install there
+                log.warning("environment %s on node %s: %s", short_key(record.key), node, exc)
+                retry = True
+            except Exception as exc:  # the server stays up; the trials say why
+                log.exception("installing environment %s on %s failed", record.key, node)
+                error = f"on node {node[:12]}: {type(exc).__name__}: {exc}"[-MAX_ERROR_CHARS:]
+                self._record_failure(record.request_key, error, error)
+        with self._lock:
+            job.error, job.done = error, True
+            if retry and self._node_jobs.get((record.key, node)) is job:
+                del self._node_jobs[(record.key, node)]
+            if error is not None:  # the request failed (its record says so): its waiters fail
+                self._jobs[record.request_key] = _Job(set(job.waiters), True, error)
         self.wake()
 
     def _record_failure(self, key: str, error: str, build_log: str) -> None:
@@ -356,9 +483,19 @@ class EnvironmentService:
         self, key: str, records: Sequence[EnvironmentRecord]
     ) -> list[EnvironmentRecord]:
         gone = [r for r in records if r.key == key]
-        self.builder.remove(key)
+        self._remove_installed(key)
         self.store.delete([r.request_key for r in gone])
         return gone
+
+    def _remove_installed(self, key: str) -> None:
+        """Remove the environment's folder here, or from every node's cache."""
+        if self.nodes is None:
+            self.builder.remove(key)
+            return
+        with self._lock:
+            for pair in [p for p in self._node_jobs if p[0] == key]:
+                del self._node_jobs[pair]
+        self.nodes.remove(key)
 
     # ---------------------------------------------------------------- users and admins
 
@@ -392,7 +529,7 @@ class EnvironmentService:
                 "remove it once its trials have ended",
             )
         if chosen[0].key:
-            self.builder.remove(chosen[0].key)
+            self._remove_installed(chosen[0].key)
         self.store.delete([r.request_key for r in chosen])
         with self._lock:
             for record in chosen:
@@ -416,6 +553,12 @@ class EnvironmentService:
 
     def close(self) -> None:
         """Nothing to release: builds in flight end by themselves (their threads are daemons)."""
+
+
+def _building(key: str, lines: Sequence[str]) -> str:
+    """The pending reason of a trial whose environment is being built."""
+    what = ", ".join(lines[:3]) + (f" and {len(lines) - 3} more" if len(lines) > 3 else "")
+    return f"building its environment {short_key(key)} ({what})"
 
 
 def request_lines(

@@ -9,7 +9,7 @@ import io
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO, Protocol
 
 from trainhub.core import fairshare
@@ -21,7 +21,9 @@ from trainhub.core.errors import (
     NotFound,
     PermissionDenied,
 )
+from trainhub.core.federated_spec import FederatedSpec
 from trainhub.core.isolation import NodeIsolation, TrialResources, isolation_profile
+from trainhub.core.model_parallel import tensor_group_unfittable
 from trainhub.core.model_spec import zoo_error
 from trainhub.core.resources import (
     Node,
@@ -57,6 +59,7 @@ from trainhub.service.records import (
     Checkpoint,
     Experiment,
     LayerAlertRecord,
+    TrafficRecord,
     Trial,
     TrialEvent,
     TrialUpdate,
@@ -67,23 +70,62 @@ from trainhub.service.trial_writes import write_trial
 log = logging.getLogger(__name__)
 
 
-def check_fits_cluster(resources: Resources, nodes: list[Node]) -> None:
+def check_fits_cluster(
+    resources: Resources,
+    nodes: list[Node],
+    federated: FederatedSpec | None = None,
+    *,
+    tensor: int = 1,
+) -> None:
     """Refuse, at submit, a trial that no node (or the whole cluster) could ever hold, naming
     the spec field and the largest node's capacity.
 
     Judged against each alive node's total capacity, not what is free now; with no node
-    known (the cluster is starting) nothing is refused and the queue explains later.
+    known (the cluster is starting) nothing is refused and the queue explains later. A
+    federation's rank count is ``federated.clients`` + 1: that is the field named.
     """
     largest = largest_node_capacity(nodes)
     if largest is None:
         return
-    unfit = can_ever_fit(ResourceRequest.from_spec(resources), nodes)
+    request = ResourceRequest.from_spec(resources)
+    unfit = can_ever_fit(request, nodes)
     if unfit is None:
+        tensor_unfit = tensor_group_unfittable(request, tensor, nodes)
+        if tensor_unfit is not None:
+            raise InvalidSpec(
+                [
+                    FieldError(
+                        tensor_unfit.field,
+                        tensor_unfit.message,
+                        "lower distributed.tensor (pipeline stages may span nodes), or ask for "
+                        "fewer GPUs/CPUs per worker",
+                    )
+                ]
+            )
+        grouped = can_ever_fit(replace(request, group_size=tensor), nodes) if tensor > 1 else None
+        if grouped is not None:  # the ranks fit, but not in whole tensor groups per node
+            raise InvalidSpec(
+                [
+                    FieldError(
+                        "distributed.tensor",
+                        f"{grouped.message} (each node holds whole groups of {tensor} only)",
+                        "lower distributed.tensor, or ask for fewer workers",
+                    )
+                ]
+            )
         return
     message = unfit.message
     if "largest node" not in message:
         message += f"; the largest node has {largest.describe()}"
-    raise InvalidSpec([FieldError(unfit.field, message, "ask for what the cluster can hold")])
+    hint = "ask for what the cluster can hold"
+    field = unfit.field
+    if federated is not None and field == "resources.workers":
+        field = "federated.clients"
+        message = f"{federated.clients} clients and the server need {resources.workers} " + (
+            message.replace(f"asks for {resources.workers} workers", "ranks")
+        )
+        hint = "use fewer clients, or smaller cpus_per_worker"
+    raise InvalidSpec([FieldError(field, message, hint)])
 
 
 @dataclass(frozen=True)
@@ -106,6 +148,8 @@ class TrialDetail:
     alerts: list[LayerAlertRecord] = field(default_factory=list)  # layer health, earliest first
     # what contains each rank (core/isolation.py IsolationProfile.summary); empty: nothing
     limits: dict[str, str] = field(default_factory=dict)
+    # network bytes per attempt, rank and scope (issue 30, docs/adr/0045)
+    traffic: list[TrafficRecord] = field(default_factory=list)
 
 
 class _TrialsOfExperiments(TrialStore, ExperimentStore, Protocol):
@@ -209,7 +253,9 @@ class ExperimentService:
             raise PermissionDenied(
                 "only cluster admins may submit with priority 'urgent'", "use 'high'"
             )
-        check_fits_cluster(spec.resources, self._nodes())
+        check_fits_cluster(
+            spec.resources, self._nodes(), spec.federated, tensor=spec.distributed.tensor
+        )
         unknown_zoo = spec.model.arch and zoo_error(spec.model.arch.zoo, "model.arch.zoo")
         if unknown_zoo:
             raise InvalidSpec([unknown_zoo])
@@ -328,6 +374,7 @@ class ExperimentService:
                 repo.list_events(trial_id),
                 repo.list_layer_alerts(trial_id, TRIAL_ALERTS_SHOWN),
                 trial_limits(experiment.spec, self.isolation),
+                repo.trial_traffic(trial_id),
             )
 
     def cancel_experiment(self, principal: Principal, experiment_id: int) -> ExperimentDetail:
@@ -341,17 +388,27 @@ class ExperimentService:
 
     def cancel_trial(self, principal: Principal, trial_id: int) -> Trial:
         require_user(principal)
-        now = self.clock()
         with self.uow() as repo:
             trial = repo.get_trial(trial_id)
             if trial is None:
                 raise NotFound(f"trial {trial_id} does not exist")
             check_write(principal, trial.tenant, f"trial {trial_id}")
+        return self._cancel(trial_id, f"canceled by {principal.username}")
+
+    def stop_trial_as_platform(self, trial_id: int, reason: str) -> Trial:
+        """Cancel a trial for a rule of the platform (an idle session), saying why."""
+        return self._cancel(trial_id, reason)
+
+    def _cancel(self, trial_id: int, reason: str) -> Trial:
+        now = self.clock()
+        with self.uow() as repo:
+            trial = repo.get_trial(trial_id)
+            if trial is None:
+                raise NotFound(f"trial {trial_id} does not exist")
             if trial.state == TrialState.CANCELED:
                 return trial
             if trial.state.is_terminal:
                 raise Conflict(f"trial {trial_id} already ended ({trial.state})")
-            reason = f"canceled by {principal.username}"
             if trial.state in (TrialState.QUEUED, TrialState.PAUSED):
                 trial = write_trial(
                     repo,

@@ -22,10 +22,12 @@ import math
 import threading
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from trainhub.core.errors import NotFound
+from trainhub.core.resources import Node
+from trainhub.core.scheduling.view import NodeOverlay
 from trainhub.core.states import TrialState
 from trainhub.service.auth import require_admin
 from trainhub.service.clock import Clock
@@ -116,6 +118,9 @@ class NodeInventory:
     memory_gb: float
     gpus: tuple[Mapping[str, str], ...] = ()  # model, memory_gb, driver, uuid per GPU
     nics: tuple[Mapping[str, str], ...] = ()  # name, speed_mbps, address per interface
+    # from the agent's configuration (TRAINHUB_NODE_LABELS, /etc/trainhub/node-labels):
+    # topology levels (rack, block) and any other label (core/topology.py)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,7 @@ class NodeStatus:
     last_seen: float | None
     latest: NodeSample | None
     inventory: NodeInventory | None
+    labels: Mapping[str, str] = field(default_factory=dict)  # the agent's, then stored ones
 
     @property
     def schedulable(self) -> bool:
@@ -173,6 +179,14 @@ class NodeControlStore(Protocol):
     def add_health_event(self, node_id: str, at: float, healthy: bool, reason: str) -> None: ...
 
     def health_events(self, node_id: str, limit: int) -> list[tuple[float, bool, str]]: ...
+
+    def node_labels(self) -> dict[str, dict[str, str]]:
+        """Labels set with `trainhub nodes label`, per node."""
+        ...
+
+    def set_node_labels(self, node_id: str, labels: Mapping[str, str], at: float) -> None:
+        """Replace the node's stored labels (empty: none)."""
+        ...
 
 
 def judge_node(
@@ -389,6 +403,7 @@ class MonitoringService:
         self._first_known: dict[str, float] = {}  # nodes listed by the executor, when first
         self._series: dict[tuple[str, str], Series] = {}
         self._inventory: dict[str, NodeInventory] = {}
+        self._stored_labels: dict[str, dict[str, str]] | None = None  # read once, then on change
         self._inventory_at = float("-inf")
         self._health: dict[str, NodeHealth] = {}
         self._controls: dict[str, NodeControl] | None = None
@@ -409,7 +424,9 @@ class MonitoringService:
         self.record(samples, inventory)
         if inventory is not None and all(n in self._inventory for n in known):
             self._inventory_at = now
-        self.judge(now, known)
+        # without agents (monitoring off) no node is judged: none would ever report, and every
+        # node would count as lost after the grace period (the executor's view stays)
+        self.judge(now, known if self.monitor is not None else ())
 
     def record(
         self, samples: Sequence[NodeSample], inventory: Mapping[str, NodeInventory] | None = None
@@ -451,25 +468,73 @@ class MonitoringService:
             self.controls.add_health_event(node_id, now, health.healthy, reason)
         return dict(self._health)
 
-    def node_overlay(self) -> dict[str, tuple[bool, float | None]]:
-        """Per node seen: (may take new trials, hottest GPU temperature) for the scheduler.
+    def node_overlay(self) -> dict[str, NodeOverlay]:
+        """Per node seen: may it take new trials, its hottest GPU's temperature, and why not
+        in words ("cordoned", "draining", "unhealthy", joined by "and"), for the scheduler.
 
         Nodes the monitor never saw are absent: without an agent the scheduler keeps its
         executor's view (a cluster without monitoring schedules as before).
         """
         controls = self._control_map()
         with self._lock:
-            out: dict[str, tuple[bool, float | None]] = {}
-            for node_id in {*self._health, *controls}:
+            out: dict[str, NodeOverlay] = {}
+            labels = self._labels_locked()
+            for node_id in {*self._health, *controls, *labels}:
                 health = self._health.get(node_id)
                 control = controls.get(node_id, NodeControl(node_id))
-                ok = (health is None or health.healthy) and not (
-                    control.cordoned or control.draining
-                )
+                held = [
+                    word
+                    for word, why in (
+                        ("draining", control.draining),
+                        ("cordoned", control.cordoned and not control.draining),
+                        ("unhealthy", health is not None and not health.healthy),
+                    )
+                    if why
+                ]
                 latest = self._latest.get(node_id)
                 temps = [g.temperature_c for g in latest.gpus] if latest else []
-                out[node_id] = (ok, max(temps) if temps else None)
+                out[node_id] = NodeOverlay(
+                    not held, max(temps) if temps else None, " and ".join(held),
+                    labels.get(node_id) or None,
+                )  # fmt: skip
             return out
+
+    def _labels_locked(self) -> dict[str, dict[str, str]]:
+        """Per node, its agent's labels with the stored ones over them."""
+        stored = self._stored_labels
+        if stored is None:
+            stored = self._stored_labels = self.controls.node_labels()
+        merged = {n: dict(i.labels) for n, i in self._inventory.items() if i.labels}
+        for node_id, labels in stored.items():
+            merged[node_id] = {**merged.get(node_id, {}), **labels}
+        return merged
+
+    def set_labels(
+        self, principal: Principal, node_id: str, changes: Mapping[str, str]
+    ) -> dict[str, str]:
+        """Admins: set labels on a node (``rack=r3``; an empty value removes one); returns
+        the node's stored labels."""
+        require_admin(principal)
+        stored = dict(self.controls.node_labels().get(node_id, {}))
+        for key, value in changes.items():
+            if value:
+                stored[key] = value
+            else:
+                stored.pop(key, None)
+        self.controls.set_node_labels(node_id, stored, self.clock())
+        with self._lock:
+            self._stored_labels = None
+        return stored
+
+    def labelled(self, nodes: Sequence[Node]) -> list[Node]:
+        """``nodes`` with their agents' and stored labels over the cluster engine's (what the
+        submit check and the cluster views read, as the scheduler does through the overlay)."""
+        with self._lock:
+            labels = self._labels_locked()
+        return [
+            replace(n, labels={**n.labels, **labels[n.node_id]}) if n.node_id in labels else n
+            for n in nodes
+        ]
 
     def draining_nodes(self) -> set[str]:
         return {n for n, c in self._control_map().items() if c.draining}
@@ -488,7 +553,8 @@ class MonitoringService:
     def nodes(self, known_nodes: Iterable[str] = ()) -> list[NodeStatus]:
         controls = self._control_map()
         with self._lock:
-            ids = sorted({*self._latest, *self._inventory, *controls, *known_nodes})
+            labels = self._labels_locked()
+            ids = sorted({*self._latest, *self._inventory, *controls, *known_nodes, *labels})
             return [
                 NodeStatus(
                     node_id=n,
@@ -500,6 +566,7 @@ class MonitoringService:
                     last_seen=self._last_seen.get(n),
                     latest=self._latest.get(n),
                     inventory=self._inventory.get(n),
+                    labels=labels.get(n, {}),
                 )
                 for n in ids
             ]

@@ -7,13 +7,16 @@ repository. Services depend on these protocols, never on the adapters.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
 from trainhub.core.attempts import AttemptPhase, RankPhase
+from trainhub.core.checkpoint_leftovers import UnfinishedUpload
 from trainhub.core.resources import Node
 from trainhub.core.spec import Placement
+from trainhub.core.traffic import NamespaceSample
 
 __all__ = [
     "ArtifactStore",
@@ -21,10 +24,14 @@ __all__ = [
     "AttemptPhase",
     "AttemptStatus",
     "BlobInfo",
+    "DirectDownload",
+    "DirectTransfers",
+    "DirectUpload",
     "Executor",
     "Principal",
     "RankPhase",
     "RankStatus",
+    "UnfinishedUpload",
 ]
 
 
@@ -45,7 +52,12 @@ class AttemptLaunch:
     strategy: Placement = Placement.PACK
     # the trial's own environment (a venv layered over the base, read-only), if it asks for one
     environment_dir: str | None = None
+    # its content address: with no ``environment_dir`` the node's own cache holds it (ADR 0034)
+    environment_key: str | None = None
     pin_cpus: bool = False  # each rank gets whole cores of its own (cgroup cpuset)
+    # an interactive session's persistent home ("tenant-<t>/user-<u>"): the executor keeps it
+    # under its storage root across sessions and mounts it as the rank's HOME (docs/sessions.md)
+    home_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,10 @@ class RankStatus:
     log_size: int | None = None
     disk: tuple[tuple[str, int], ...] = ()
     detail: str = ""  # why it ended, when the executor knows more than the exit code (OOM)
+    # the byte counters of the trial's namespace on the rank's node, and the wire bytes its
+    # communication hooks counted (core/traffic.py, docs/adr/0045); None: not measured
+    network: NamespaceSample | None = None
+    hooks_wire_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,12 @@ class TrialFiles(Protocol):
 
     def freeze_trial_files(self, trial_id: int) -> None: ...
     def discard_trial_files(self, trial_id: int) -> None: ...
+
+
+class TrialEventFiles(Protocol):
+    """TensorBoard event files a trial wrote in its own folder (``{relative path: bytes}``)."""
+
+    def trial_event_files(self, trial_id: int, max_bytes: int) -> dict[str, bytes]: ...
 
 
 class Executor(Protocol):
@@ -104,6 +126,32 @@ class Executor(Protocol):
 
     def live_attempts(self) -> list[str]:
         """Attempt keys whose actors exist (used to reconcile after a control-plane restart)."""
+        ...
+
+
+@dataclass(frozen=True)
+class SessionEndpoint:
+    """How the control plane reaches a session's server: its unix socket, on this host
+    (``relay`` None), or through the relay of its node (adapters/session_relay.py, ADR 0041),
+    which asks for proof of ``relay_secret`` before it splices a connection to the socket."""
+
+    socket: str  # the socket's path on the session's node
+    relay: tuple[str, int] | None = None  # (node address, port) of the node's relay
+    relay_secret: str = field(default="", repr=False)
+
+    @property
+    def key(self) -> str:
+        """Names the endpoint (one keep-alive client per endpoint)."""
+        if self.relay is None:
+            return self.socket
+        return f"{self.relay[0]}:{self.relay[1]}#{self.relay_secret[:12]}"
+
+
+class SessionEndpoints(Protocol):
+    """Where the server of a session's attempt listens, as the control plane reaches it."""
+
+    def session_endpoint(self, attempt_key: str) -> SessionEndpoint | None:
+        """How to reach the attempt's session server (None: it is not there yet)."""
         ...
 
 
@@ -174,12 +222,64 @@ class ArtifactStore(Protocol):
         ...
 
     def write_at(self, key: str, offset: int, data: bytes) -> None:
-        """Write ``data`` at ``offset`` (truncating what follows): repeatable appends."""
+        """Write ``data`` at ``offset`` (truncating what follows): repeatable appends. An
+        append at the end costs its own bytes on every backend (a bucket keeps segments)."""
         ...
 
     def read_range(self, key: str, offset: int, length: int | None = None) -> bytes: ...
 
     def delete(self, key: str) -> None: ...
+
+    def list_unfinished(self, prefix: str) -> builtins.list[UnfinishedUpload]:
+        """Writes begun under ``prefix`` and never committed nor aborted (a process killed
+        mid-write; a rank's presigned parts never completed), sorted by key: on S3 the
+        multipart uploads, on a folder the writers' temporary files. Never listed by
+        ``list``; the checkpoint sweep aborts them (ADR 0047)."""
+        ...
+
+    def abort_unfinished(self, upload: UnfinishedUpload) -> None:
+        """Drop an unfinished write and the bytes it holds; idempotent."""
+        ...
+
+
+@dataclass(frozen=True)
+class DirectUpload:
+    """A multipart upload a rank sends itself: one presigned PUT URL per part (``urls[i]``
+    is part ``i + 1``, ``part_bytes`` each but the last), valid ``expires_s`` seconds.
+    ``stored``: part number -> ETag of parts a killed earlier try already stored (the rank
+    skips a part whose MD5 equals it)."""
+
+    upload_id: str
+    part_bytes: int
+    urls: tuple[str, ...]
+    stored: Mapping[int, str]
+    expires_s: int
+
+
+@dataclass(frozen=True)
+class DirectDownload:
+    """A presigned GET URL of one blob (ranged reads allowed), valid ``expires_s`` seconds."""
+
+    url: str
+    size: int
+    expires_s: int
+
+
+class DirectTransfers(Protocol):
+    """What a store offers ranks that move bytes themselves (presigned URLs, ADR 0033): the
+    S3 store has it, a folder does not. A URL reaches one key, for a short time."""
+
+    def presign_upload(self, key: str, size: int, expires_s: int) -> DirectUpload:
+        """Open (or find again, after a killed try) the upload of ``key``; sign its parts."""
+        ...
+
+    def presigned_writer(self, key: str, upload_id: str, size: int) -> BlobWriter:
+        """The upload's parts as sent, checked against ``size``: ``commit`` publishes them."""
+        ...
+
+    def presign_download(self, key: str, expires_s: int) -> DirectDownload:
+        """A GET URL of ``key`` (NotFound when it is absent)."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,31 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class TrafficUsage:
+    """Network bytes of one tenant, user and project on one UTC day, in one scope."""
+
+    day: str
+    tenant: str
+    user: str
+    project: str
+    scope: str  # inter-node | intra-node (core/traffic.py)
+    sent_bytes: int
+    received_bytes: int
+
+
+@dataclass(frozen=True)
+class TrafficRecord:
+    """Network bytes of one rank of one attempt of a trial, in one scope, so far."""
+
+    attempt: int  # the attempt's number
+    rank: int
+    scope: str
+    sent_bytes: int
+    received_bytes: int
+    source: str  # kernel | hooks: the source attributed (docs/adr/0045)
+
+
+@dataclass(frozen=True)
 class AttemptUsage:
     """Slots one attempt held from ``start`` to ``end`` (None: still holds them)."""
 

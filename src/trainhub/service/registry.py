@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid as uuid_lib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainhub.core import limits
@@ -29,18 +29,20 @@ from trainhub.core.errors import (
     InvalidRequest,
     InvalidSpec,
     NotFound,
-    PermissionDenied,
     QuotaExceeded,
 )
 from trainhub.core.model_spec import ModelRef, parse_model_ref, zoo_error
 from trainhub.core.spec import ExperimentSpec
 from trainhub.core.states import TrialState
+from trainhub.core.tenant_assets import pick_version
 from trainhub.service.auth import check_read, check_trial_scope, check_write, require_user
 from trainhub.service.clock import Clock
+from trainhub.service.keys import is_checkpoint_set
 from trainhub.service.ports import ArtifactStore, Principal
 from trainhub.service.records import Checkpoint
 from trainhub.service.repository import UnitOfWork
-from trainhub.service.tracking import StorageQuota
+from trainhub.service.tenant_assets import TenantAssets, readable_tenants
+from trainhub.service.tracking import StorageQuota, refuse_set
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,10 @@ class ModelVersion:
     lineage: dict[str, Any]
     created_at: float
     created_by: str
+    # whether the weights load into ``arch``: None where not checked (no zoo architecture,
+    # or registered before the check and not re-checked yet); what does not fit, if not
+    weights_fit: bool | None = None
+    weights_problem: str = ""
 
     @property
     def ref(self) -> str:
@@ -87,6 +93,7 @@ class NewVersion:
     metrics: dict[str, Any]
     hparams: dict[str, Any]
     lineage: dict[str, Any]
+    weights_fit: bool | None = None  # checked at registration: True, or None (not checkable)
 
 
 class ModelStore(Protocol):
@@ -124,6 +131,14 @@ class ModelStore(Protocol):
         """Mark a version deleted: it is listed no more, and its number is never reused."""
         ...
 
+    def unchecked_versions(self, after_id: int, limit: int) -> list[ModelVersion]:
+        """Versions (not deleted) whose weights were never checked, by id, after ``after_id``."""
+        ...
+
+    def set_weights_fit(self, version_id: int, fit: bool, problem: str) -> None:
+        """Record whether a version's weights load into its architecture (and why not)."""
+        ...
+
 
 class WeightsCheck(Protocol):
     """Loads a checkpoint into the architecture a version declares
@@ -132,16 +147,6 @@ class WeightsCheck(Protocol):
     def mismatch(self, arch: Mapping[str, Any], weights: bytes) -> str | None:
         """What does not fit (missing, unexpected and misshapen tensors, named), or None."""
         ...
-
-
-def _visible_to(model: RegisteredModel, tenants: Sequence[str] | None) -> bool:
-    return tenants is None or model.tenant in tenants or bool(set(model.shared_with) & set(tenants))
-
-
-def _readable_tenants(principal: Principal) -> list[str] | None:
-    if principal.is_admin:
-        return None
-    return sorted(principal.roles)
 
 
 def _latest_checkpoint(checkpoints: list[Checkpoint]) -> Checkpoint | None:
@@ -166,49 +171,34 @@ class RegistryService:
         self.store = store
         self.clock = clock
         self.weights_check = weights_check
+        self.assets: TenantAssets[RegisteredModel] = TenantAssets(
+            uow,
+            models.find_models,
+            models.set_share,
+            kind="model",
+            listing="trainhub models ls",
+            share_limit=limits.MAX_MODEL_SHARES,
+        )
 
     # --- reading ---
 
     def _find(self, ref: ModelRef, tenants: Sequence[str] | None, what: str) -> RegisteredModel:
         """The one model ``ref`` names among those ``tenants`` see (the owner's first)."""
         assert ref.name is not None
-        found = [
-            m for m in self.models.find_models(ref.name, ref.tenant) if _visible_to(m, tenants)
-        ]
-        if tenants is not None and len(found) > 1:
-            own = [m for m in found if m.tenant in tenants]
-            found = own or found
-        if not found:
-            raise NotFound(f"model {ref} does not exist{what}", "see `trainhub models ls`")
-        if len(found) > 1:
-            owners = ", ".join(sorted(m.tenant for m in found))
-            raise InvalidRequest(
-                f"several models are called {ref.name!r} (tenants {owners})",
-                f"name it TENANT/{ref.name}",
-            )
-        return found[0]
+        return self.assets.find(ref.name, ref.tenant, tenants, what, ref=str(ref))
 
     def _version(self, model: RegisteredModel, version: int | None) -> ModelVersion:
-        if version is None:
-            latest = model.latest
-            if latest is None:
-                raise NotFound(f"model {model.name} has no version")
-            return latest
-        for item in model.versions:
-            if item.version == version:
-                return item
-        have = ", ".join(str(v.version) for v in model.versions) or "none"
-        raise NotFound(f"model {model.name} has no version {version}", f"its versions: {have}")
+        return pick_version(model.versions, "model", model.name, version)
 
     def list_models(self, principal: Principal, limit: int = 100) -> list[RegisteredModel]:
         require_user(principal)
         limit = max(1, min(limit, limits.MAX_MODELS_LISTED))
-        return self.models.list_models(_readable_tenants(principal), limit)
+        return self.models.list_models(readable_tenants(principal), limit)
 
     def get_model(self, principal: Principal, name: str, tenant: str | None) -> RegisteredModel:
         require_user(principal)
         ref = _ref(name, tenant)
-        return self._hide_shares(principal, self._find(ref, _readable_tenants(principal), ""))
+        return self.assets.hide_shares(principal, self._find(ref, readable_tenants(principal), ""))
 
     def get_version(
         self, principal: Principal, name: str, version: int | None, tenant: str | None
@@ -220,14 +210,6 @@ class RegistryService:
     ) -> tuple[ModelVersion, Iterator[bytes]]:
         found = self.get_version(principal, name, version, tenant)
         return found, self.store.iter_chunks(found.storage_key)
-
-    def _hide_shares(self, principal: Principal, model: RegisteredModel) -> RegisteredModel:
-        """Other tenants see a shared model, not whom else it is shared with."""
-        if principal.is_admin or model.tenant in principal.roles:
-            return model
-        return replace(
-            model, shared_with=tuple(t for t in model.shared_with if t in principal.roles)
-        )
 
     # --- writing ---
 
@@ -289,7 +271,7 @@ class RegistryService:
             raise InvalidSpec([unknown_zoo])
         spec = ExperimentSpec.model_validate(experiment.spec)
         spec_arch = spec.model.arch.model_dump(mode="json") if spec.model.arch else {}
-        self._check_weights(dict(arch) if arch else spec_arch, checkpoint, arch is not None)
+        fits = self._check_weights(dict(arch) if arch else spec_arch, checkpoint, arch is not None)
         recorded = {**trial.latest_metrics, **checkpoint.metrics}
         recorded.pop("step", None)
         new = NewVersion(
@@ -307,9 +289,11 @@ class RegistryService:
                 "init_from": spec.model.init_from,
                 **(lineage or {}),
             },
+            weights_fit=fits,
         )
         # the weights are copied before the transaction opens (as checkpoint uploads are)
         key = _model_key(trial.tenant, ref.name or name)
+        refuse_set(checkpoint)
         writer = self.store.open_writer(key)
         try:
             for chunk in self.store.iter_chunks(checkpoint.storage_key):
@@ -333,15 +317,18 @@ class RegistryService:
             self.store.delete(key)
             raise
 
-    def _check_weights(self, arch: Mapping[str, Any], checkpoint: Checkpoint, given: bool) -> None:
+    def _check_weights(
+        self, arch: Mapping[str, Any], checkpoint: Checkpoint, given: bool
+    ) -> bool | None:
         """Refuse weights that do not load into the declared architecture (the export and every
-        training started from the version would fail later), naming the tensors."""
+        training started from the version would fail later), naming the tensors. True when
+        they load; None when there is nothing to check them against."""
         if self.weights_check is None or not arch.get("zoo"):
-            return
+            return None
         data = b"".join(self.store.iter_chunks(checkpoint.storage_key))
         problem = self.weights_check.mismatch(arch, data)
         if problem is None:
-            return
+            return True
         where = "arch" if given else "model.arch"
         raise InvalidSpec(
             [
@@ -356,13 +343,38 @@ class RegistryService:
             ]
         )
 
+    def recheck_weights(self, batch: int = 50) -> dict[str, int]:
+        """Check the versions whose weights were never checked against their architecture
+        (registered before registration checked them), and record the answer: ``trainhub
+        models suggest`` ranks no version whose weights do not load, and ``models show`` says
+        why. The server runs this once after it starts; versions without a zoo architecture
+        have nothing to be checked against and stay unchecked. Returns how many fit and not."""
+        counts = {"fit": 0, "misfit": 0}
+        if self.weights_check is None:
+            return counts
+        after = 0
+        while versions := self.models.unchecked_versions(after, batch):
+            after = versions[-1].id
+            for version in versions:
+                if not version.arch.get("zoo"):
+                    continue
+                try:
+                    data = b"".join(self.store.iter_chunks(version.storage_key))
+                except NotFound:
+                    problem: str | None = "its weights are missing from the artifact store"
+                else:
+                    problem = self.weights_check.mismatch(version.arch, data)
+                self.models.set_weights_fit(version.id, problem is None, problem or "")
+                counts["fit" if problem is None else "misfit"] += 1
+        return counts
+
     def delete_version(
         self, principal: Principal, name: str, version: int, tenant: str | None
     ) -> ModelVersion:
         """Delete one version (its weights too), refused while an unfinished trial starts or
         distils from it; its number is never given to another version."""
         require_user(principal)
-        model = self._find(_ref(name, tenant), _readable_tenants(principal), "")
+        model = self._find(_ref(name, tenant), readable_tenants(principal), "")
         check_write(principal, model.tenant, f"model {model.name}")
         found = self._version(model, version)
         unfinished = [s for s in TrialState if not s.is_terminal]
@@ -385,22 +397,7 @@ class RegistryService:
     ) -> RegisteredModel:
         """Share model ``name`` with ``tenant`` (or stop): tenant admins of its owner only."""
         model = self.get_model(principal, name, owner)
-        if not principal.is_admin and principal.roles.get(model.tenant) != "admin":
-            raise PermissionDenied(
-                f"only admins of tenant {model.tenant!r} share its models",
-                "ask a tenant admin",
-            )
-        with self.uow() as repo:
-            if repo.get_tenant(tenant) is None:
-                raise NotFound(f"tenant {tenant!r} does not exist")
-        if tenant == model.tenant:
-            raise InvalidRequest(f"model {name} already belongs to tenant {tenant!r}")
-        if shared and len(model.shared_with) >= limits.MAX_MODEL_SHARES:
-            raise InvalidRequest(
-                f"model {name} is shared with {len(model.shared_with)} tenants; the limit is "
-                f"{limits.MAX_MODEL_SHARES}"
-            )
-        self.models.set_share(model.id, tenant, shared)
+        self.assets.share(principal, model, name, tenant, shared)
         return self.get_model(principal, name, model.tenant)
 
     # --- starting a training from a model, distilling from a teacher ---
@@ -433,6 +430,13 @@ class RegistryService:
     ) -> tuple[int, Iterator[bytes]]:
         """The weights trial ``trial_id``'s spec names at ``field_path``, for its own runtime
         (or a reader of its tenant), checked again (an unshare stops later downloads)."""
+        found = self.trial_weights_source(principal, trial_id, field_path)
+        return found.size_bytes, self.store.iter_chunks(found.storage_key)
+
+    def trial_weights_source(
+        self, principal: Principal, trial_id: int, field_path: str
+    ) -> WeightsSource:
+        """Where the weights of :meth:`trial_weights` are (a presigned URL reads them)."""
         with self.uow() as repo:
             trial = repo.get_trial(trial_id)
             if trial is None:
@@ -446,7 +450,7 @@ class RegistryService:
             found = self._source(ref, trial.tenant, None, field_path)
         except InvalidSpec as exc:
             raise NotFound(exc.errors[0].message, exc.errors[0].hint) from None
-        return found.size_bytes, self.store.iter_chunks(found.storage_key)
+        return found
 
     def _source(
         self, ref: ModelRef, tenant: str, principal: Principal | None, field_path: str
@@ -481,6 +485,12 @@ class RegistryService:
             if checkpoint is None:
                 raise refuse(
                     f"trial {ref.trial_id} has no checkpoint yet", "pick a trial that saved one"
+                )
+            if is_checkpoint_set(checkpoint.storage_key):
+                raise refuse(
+                    f"trial {ref.trial_id}'s latest checkpoint is sharded (memory.fsdp): one "
+                    "file per rank, not one set of weights",
+                    "start from a registered model, or a trial that saves one-file checkpoints",
                 )
             return WeightsSource(str(ref), checkpoint.size_bytes, checkpoint.storage_key)
         try:

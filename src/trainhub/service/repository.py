@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from trainhub.core.entitlement import Interval
 from trainhub.core.layer_alerts import LayerAlert
 from trainhub.core.states import ExperimentState, TrialState
+from trainhub.core.traffic import Flow, TrafficDelta
 from trainhub.service.records import (
     ActiveChanges,
     ActiveRecord,
@@ -42,6 +43,8 @@ from trainhub.service.records import (
     Tenant,
     TenantUpdate,
     Token,
+    TrafficRecord,
+    TrafficUsage,
     Trial,
     TrialEvent,
     TrialOwner,
@@ -308,6 +311,27 @@ class WriteQuotaStore(Protocol):
         ...
 
 
+class TrafficStore(Protocol):
+    """The network bytes of attempts' ranks per scope and UTC day (issue 30; written by the
+    control loop only, service/traffic.py)."""
+
+    def add_traffic(
+        self, day: str, trial_of: dict[int, int], deltas: Sequence[TrafficDelta]
+    ) -> None:
+        """Add ``deltas`` to ``day``'s rows (``trial_of``: attempt id -> trial id)."""
+        ...
+
+    def traffic_totals(self, attempt_ids: Sequence[int]) -> dict[int, dict[tuple[int, str], Flow]]:
+        """Per attempt, (rank, scope) -> its bytes so far."""
+        ...
+
+    def traffic_usage(self, since_day: str, until_day: str) -> list[TrafficUsage]: ...
+    def trial_traffic(self, trial_id: int) -> list[TrafficRecord]: ...
+    def traffic_by_trial(self) -> list[tuple[str, int, str, int, int]]:
+        """(tenant, trial id, scope, sent, received) over all time."""
+        ...
+
+
 class Repository(
     TenantStore,
     AuthStore,
@@ -320,6 +344,7 @@ class Repository(
     EventStore,
     LayerAlertStore,
     WriteQuotaStore,
+    TrafficStore,
     Protocol,
 ):
     """Every role: what one unit of work yields."""

@@ -27,6 +27,7 @@ from trainhub.core.scheduling import BasePolicy, Snapshot
 from trainhub.core.scheduling.snapshot import TenantShare
 from trainhub.core.scheduling.view import (
     NodeFacts,
+    NodeOverlay,
     SnapshotBuilder,
     TrialFacts,
     estimate_duration,
@@ -65,6 +66,7 @@ _NODE_KEY = operator.attrgetter(
     "labels",
     "gpu_model",
     "gpu_temperature_c",
+    "hostname",
 )
 _NODE_ID = operator.attrgetter("node_id")
 _NO_TIMES = CheckpointTimes(trial_id=0, attempt=0, last_at=0.0, interval_s=None)
@@ -96,7 +98,7 @@ def trial_facts(
         trial_id=trial.id,
         tenant=trial.tenant,
         state=trial.state,
-        request=request or ResourceRequest.from_spec(spec.resources),
+        request=request or ResourceRequest.from_spec(spec.resources, spec.distributed.tensor),
         user=owner.user if owner else "",
         project=owner.project if owner else spec.project,
         priority=Priority(trial.priority),
@@ -114,19 +116,20 @@ def trial_facts(
     )
 
 
-def with_overlay(
-    facts: NodeFacts, overlay: Mapping[str, tuple[bool, float | None]] | None
-) -> NodeFacts:
+def with_overlay(facts: NodeFacts, overlay: Mapping[str, NodeOverlay] | None) -> NodeFacts:
     """A node as the monitor sees it: one that may not take new trials counts as not alive
     to the policy (trials running there keep running), and its GPU temperature is measured."""
     seen = overlay.get(facts.node_id) if overlay else None
     if seen is None:
         return facts
-    schedulable, temperature_c = seen
+    schedulable, temperature_c, held, labels = NodeOverlay(*seen)
+    if labels:
+        facts = replace(facts, labels={**facts.labels, **labels})
     return replace(
         facts,
         alive=facts.alive and schedulable,
         cordoned=facts.alive and not schedulable,
+        held="" if schedulable else held,
         gpu_temperature_c=temperature_c if temperature_c is not None else facts.gpu_temperature_c,
     )
 
@@ -204,7 +207,9 @@ class SchedulingView:
     def _request(self, experiment_id: int, spec: ExperimentSpec) -> ResourceRequest:
         request = self._requests.get(experiment_id)
         if request is None:
-            request = self._requests[experiment_id] = ResourceRequest.from_spec(spec.resources)
+            request = self._requests[experiment_id] = ResourceRequest.from_spec(
+                spec.resources, spec.distributed.tensor
+            )
         return request
 
     def _expected(self, owner: TrialOwner | None) -> float | None:
@@ -399,7 +404,7 @@ class SchedulingView:
         specs: Mapping[int, ExperimentSpec],
         cluster_nodes: Callable[[], list[Node]],
         now: float,
-        node_overlay: Mapping[str, tuple[bool, float | None]] | None = None,
+        node_overlay: Mapping[str, NodeOverlay] | None = None,
     ) -> Snapshot | None:
         """The policy's snapshot of what was applied, now; None when nothing waits.
 
@@ -429,7 +434,7 @@ class SchedulingView:
         self,
         now: float,
         nodes: Sequence[Node],
-        node_overlay: Mapping[str, tuple[bool, float | None]] | None,
+        node_overlay: Mapping[str, NodeOverlay] | None,
         tenants: Mapping[str, TenantShare],
         tenant_usage: Mapping[str, float],
         ledger: EntitlementLedger | None,
@@ -448,7 +453,7 @@ class SchedulingView:
     def node_facts(
         self,
         nodes: Sequence[Node],
-        overlay: Mapping[str, tuple[bool, float | None]] | None = None,
+        overlay: Mapping[str, NodeOverlay] | None = None,
     ) -> list[NodeFacts]:
         """The facts of the executor's nodes as the monitor sees them (:func:`with_overlay`);
         a node whose listing and overlay say the same as at the last tick keeps its

@@ -45,9 +45,10 @@ from trainhub.core.search_space import (
 from trainhub.core.searcher_metric import trial_warning
 from trainhub.core.spec import ExperimentSpec
 from trainhub.core.states import LEGAL_TRANSITIONS, ExperimentState, TrialState
+from trainhub.service.artifact_sets import copy_set
 from trainhub.service.clock import Clock
 from trainhub.service.experiments import refresh_experiment_state
-from trainhub.service.keys import checkpoint_key
+from trainhub.service.keys import checkpoint_key, checkpoint_set_key, is_checkpoint_set
 from trainhub.service.ports import ArtifactStore
 from trainhub.service.records import Trial, TrialUpdate
 from trainhub.service.search_ports import (
@@ -548,13 +549,16 @@ class SearchService:
         child = tx.repo.get_trial(child_id)
         assert child is not None
         uuid = f"pbt-{child_id}-{source.uuid}"[:64]
-        key = checkpoint_key(child.tenant, child_id, uuid)
-        data = self.store.get(source.storage_key)
-        self.store.put(key, data)
+        if is_checkpoint_set(source.storage_key):  # sharded (ADR 0040): member by member
+            key = checkpoint_set_key(child.tenant, child_id, uuid)
+            size = copy_set(self.store, source.storage_key, key)
+        else:
+            key = checkpoint_key(child.tenant, child_id, uuid)
+            data = self.store.get(source.storage_key)
+            self.store.put(key, data)
+            size = len(data)
         now = self.clock()
-        tx.repo.add_checkpoint(
-            child_id, uuid, source.step, 0, dict(source.metrics), key, len(data), now
-        )
+        tx.repo.add_checkpoint(child_id, uuid, source.step, 0, dict(source.metrics), key, size, now)
         tx.repo.add_event(
             child_id,
             "checkpoint",

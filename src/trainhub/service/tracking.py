@@ -25,7 +25,7 @@ from trainhub.core.spec import ExperimentSpec
 from trainhub.core.states import TrialState
 from trainhub.service.auth import check_trial_scope
 from trainhub.service.clock import Clock
-from trainhub.service.keys import checkpoint_key, log_key
+from trainhub.service.keys import checkpoint_key, is_checkpoint_set, log_key
 from trainhub.service.ports import ArtifactStore, BlobWriter, Principal
 from trainhub.service.records import (
     KEEP,
@@ -272,6 +272,26 @@ def retention_victims(checkpoints: list[Checkpoint], spec: ExperimentSpec) -> se
         scored.sort(key=lambda c: float(c.metrics[metric]), reverse=spec.searcher.mode == "max")
         keep.update(c.id for c in scored[: spec.checkpoints.keep_best])
     return {c.id for c in checkpoints if c.id not in keep}
+
+
+def delete_checkpoint_blobs(store: ArtifactStore, storage_key: str) -> None:
+    """Delete a checkpoint's bytes: one object, or a sharded set (manifest first)."""
+    if is_checkpoint_set(storage_key):
+        from trainhub.service.artifact_sets import delete_set
+
+        delete_set(store, storage_key)
+    else:
+        store.delete(storage_key)
+
+
+def refuse_set(checkpoint: Checkpoint) -> None:
+    """Raise for a sharded checkpoint where one file is expected (ADR 0040)."""
+    if is_checkpoint_set(checkpoint.storage_key):
+        raise Conflict(
+            f"checkpoint {checkpoint.id} is sharded: one object per rank's file, not one file",
+            f"read GET /trials/{checkpoint.trial_id}/checkpoints/{checkpoint.id}/manifest "
+            "and its members, or restore it in a trial with the same memory.fsdp setting",
+        )
 
 
 @dataclass(frozen=True)
@@ -632,6 +652,50 @@ class TrackingService:
             writer.abort()
             raise
 
+    def register_checkpoint_set(
+        self,
+        principal: Principal,
+        upload: CheckpointUpload,
+        prefix: str,
+        size: int,
+        publish: Callable[[], object],
+    ) -> Checkpoint:
+        """Register a sharded checkpoint whose members are stored (ADR 0040): the trial and
+        the quotas are checked again for the members' ``size``, then ``publish`` writes the
+        manifest (it raises when a member is missing) and the row is added, in one
+        transaction: a set the database lists has its manifest."""
+        now = self.clock()
+        with self.uow() as repo:
+            trial = _writable_trial(
+                repo, principal, upload.trial_id, upload.attempt, "checkpoints", now
+            )
+            existing = repo.get_checkpoint_by_uuid(upload.uuid)
+            if existing is not None:
+                return existing
+            left, error = self._room(repo, trial, upload.step, upload.metrics)
+            if size > left:
+                raise error(size)
+            publish()
+            checkpoint = repo.add_checkpoint(
+                upload.trial_id,
+                upload.uuid,
+                upload.step,
+                upload.attempt,
+                upload.metrics,
+                prefix,
+                size,
+                now,
+            )
+            repo.add_event(
+                upload.trial_id,
+                "checkpoint",
+                f"sharded checkpoint {checkpoint.id} at step {upload.step}",
+                now,
+            )
+            spec = ExperimentSpec.model_validate(repo.experiment_of(upload.trial_id).spec)
+            self._apply_retention(repo, upload.trial_id, spec)
+            return checkpoint
+
     def register_checkpoint(
         self,
         principal: Principal,
@@ -655,7 +719,7 @@ class TrackingService:
             checkpoint = repo.get_checkpoint(checkpoint_id)
             assert checkpoint is not None
             repo.mark_checkpoint_deleted(checkpoint_id)
-            self.store.delete(checkpoint.storage_key)
+            delete_checkpoint_blobs(self.store, checkpoint.storage_key)
 
     def list_checkpoints(self, principal: Principal, trial_id: int) -> list[Checkpoint]:
         with self.uow() as repo:
@@ -666,6 +730,15 @@ class TrackingService:
         self, principal: Principal, trial_id: int, checkpoint_id: int
     ) -> tuple[Checkpoint, Iterator[bytes]]:
         """A checkpoint and its bytes in chunks (for streaming downloads)."""
+        checkpoint = self.readable_checkpoint(principal, trial_id, checkpoint_id)
+        refuse_set(checkpoint)
+        return checkpoint, self.store.iter_chunks(checkpoint.storage_key)
+
+    def readable_checkpoint(
+        self, principal: Principal, trial_id: int, checkpoint_id: int
+    ) -> Checkpoint:
+        """A checkpoint the caller may read through trial ``trial_id``: the trial's own, or
+        the one an attempt of it restores (PBT, clone); NotFound otherwise."""
         with self.uow() as repo:
             _trial_for(repo, principal, trial_id, write=False)
             checkpoint = repo.get_checkpoint(checkpoint_id)
@@ -675,7 +748,7 @@ class TrackingService:
             )
             if checkpoint is None or (checkpoint.trial_id != trial_id and not restores):
                 raise NotFound(f"checkpoint {checkpoint_id} of trial {trial_id} does not exist")
-        return checkpoint, self.store.iter_chunks(checkpoint.storage_key)
+        return checkpoint
 
     def checkpoint_data(self, principal: Principal, trial_id: int, checkpoint_id: int) -> bytes:
         _, chunks = self.checkpoint_chunks(principal, trial_id, checkpoint_id)

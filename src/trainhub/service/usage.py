@@ -35,6 +35,11 @@ class UsageRow:
     user: str
     project: str
     slot_hours: float
+    # network bytes of the day's attempts (issue 30, docs/adr/0045): sent to and received from
+    # the trial's other nodes, and exchanged between its ranks on one node
+    inter_node_sent_bytes: int = 0
+    inter_node_received_bytes: int = 0
+    intra_node_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,11 @@ class UsageService:
             demand = [d for d in repo.trial_demand(since) if allowed is None or d.tenant in allowed]
             tenants = [t for t in repo.list_tenants() if allowed is None or t.name in allowed]
             stored = repo.checkpoint_bytes_by_tenant()
+            traffic = [
+                t
+                for t in repo.traffic_usage(_day(since), _day(min(until, now)))
+                if allowed is None or t.tenant in allowed
+            ]
         storage = []
         for tenant in tenants:
             quota = StorageQuota.of(tenant)
@@ -157,9 +167,18 @@ class UsageService:
                 )
             )
         totals = account(attempts, since, min(until, now))
+        network: dict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        for t in traffic:
+            figures = network[(t.day, t.tenant, t.user, t.project)]
+            if t.scope == "intra-node":
+                figures[2] += t.sent_bytes
+            else:
+                figures[0] += t.sent_bytes
+                figures[1] += t.received_bytes
         rows = [
-            UsageRow(day, tenant, user, project, seconds / 3600.0)
-            for (day, tenant, user, project), seconds in sorted(totals.items())
+            UsageRow(day, tenant, user, project, totals.get(key, 0.0) / 3600.0, *network[key])
+            for key in sorted({*totals, *network})
+            for (day, tenant, user, project) in [key]
         ]
         hours = (until - since) / 3600.0
         by_tenant: dict[str, float] = defaultdict(float)
@@ -184,3 +203,31 @@ class UsageService:
                 )
             )
         return UsageReport(since, until, rows, shares, storage)
+
+
+CSV_HEADER = (
+    "day",
+    "tenant",
+    "user",
+    "project",
+    "slot_hours",
+    "inter_node_sent_bytes",
+    "inter_node_received_bytes",
+    "intra_node_bytes",
+)
+
+
+def usage_csv(rows: Iterable[UsageRow]) -> str:
+    """The rows as CSV (the API's ``format=csv`` and the dashboard's download)."""
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(CSV_HEADER)
+    for r in rows:
+        writer.writerow(
+            [r.day, r.tenant, r.user, r.project, f"{r.slot_hours:.4f}", r.inter_node_sent_bytes,
+             r.inter_node_received_bytes, r.intra_node_bytes]
+        )  # fmt: skip
+    return buffer.getvalue()

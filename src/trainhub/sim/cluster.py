@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainhub.core.resources import Node
@@ -19,10 +20,12 @@ class NodeSpec:
     gpu_model: str | None = None
     gpu_temperature_c: float | None = None
     memory_gb: float = math.inf
+    labels: Mapping[str, str] = field(default_factory=dict)  # rack, block (core/topology.py)
 
     def facts(self) -> NodeFacts:
         return NodeFacts(
             node_id=self.node_id,
+            labels=dict(self.labels),
             total_gpus=self.num_gpus,
             total_cpus=self.num_cpus,
             total_memory_gb=self.memory_gb,
@@ -33,6 +36,7 @@ class NodeSpec:
     def node(self) -> Node:
         return Node(
             node_id=self.node_id,
+            labels=dict(self.labels),
             total_gpus=self.num_gpus,
             total_cpus=self.num_cpus,
             free_gpus=self.num_gpus,
@@ -79,6 +83,39 @@ class ClusterSpec:
                 for i in range(num_nodes)
             )
         )
+
+    @classmethod
+    def racks(
+        cls,
+        blocks: int,
+        racks_per_block: int,
+        nodes_per_rack: int,
+        gpus_per_node: int,
+        cpus_per_node: float = 1e6,
+    ) -> ClusterSpec:
+        """``blocks`` x ``racks_per_block`` x ``nodes_per_rack`` nodes, each labelled with its
+        rack (``b0-r1``) and block (``b0``)."""
+        nodes = []
+        for b in range(blocks):
+            for r in range(racks_per_block):
+                for n in range(nodes_per_rack):
+                    labels = {"block": f"b{b}", "rack": f"b{b}-r{r}"}
+                    nodes.append(
+                        NodeSpec(f"b{b}-r{r}-n{n:02d}", gpus_per_node, cpus_per_node,
+                                 labels=labels)
+                    )  # fmt: skip
+        return cls(tuple(nodes))
+
+    def domain_gpus(self, level: str) -> int:
+        """The GPUs of the largest domain of ``level`` (``node``: the largest node)."""
+        if level == "node":
+            return max(n.num_gpus for n in self.nodes)
+        totals: dict[str, int] = {}
+        for n in self.nodes:
+            name = n.labels.get(level)
+            if name is not None:
+                totals[name] = totals.get(name, 0) + n.num_gpus
+        return max(totals.values(), default=0)
 
     @property
     def total_gpus(self) -> int:

@@ -30,6 +30,7 @@ from trainhub.sim.events import Event, EventKind, EventQueue
 from trainhub.sim.idle import IdleWhileFits
 from trainhub.sim.ledger import TenantTimeline
 from trainhub.sim.metrics import JobRecord, SimResult
+from trainhub.sim.network import NetworkModel, ideal_span, span_of
 from trainhub.sim.trace import TraceJob
 
 
@@ -58,7 +59,17 @@ class SimConfig:
         pass_interval_s: the least time between two scheduling passes, like the tick of a
             control loop: events closer to the last pass than this wait for a pass at the
             next tick. 0 runs a pass after every instant with events.
+        tick_s: a control loop's fixed period (issue 27): passes run only at multiples of
+            it (``now`` a multiple: at once; else at the next one), at every one while
+            anything waits (as the loop decides at each tick), and the end of an attempt
+            (a finish, or a preempted attempt's exit) is seen at the first tick at or after
+            it, as the server observes exits when it polls: until then the GPUs stay held and
+            the job unfinished. Work lost by a preemption counts up to the exit itself. 0:
+            every instant is seen when it happens.
         max_passes: stop after this many scheduling passes (a guard against livelock).
+        network: the cluster's bandwidth per topology level (sim/network.py): a gang placed
+            wider than its ideal span (one node, else one rack, else one block) runs slower
+            by its model's slowdown; None: placement never changes a job's run time.
     """
 
     checkpoint_interval_s: float = 1800.0
@@ -69,7 +80,9 @@ class SimConfig:
     estimated_durations: bool = False
     half_life_s: float = 24 * 3600.0
     pass_interval_s: float = 0.0
+    tick_s: float = 0.0
     max_passes: int = 50_000_000
+    network: NetworkModel | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -77,6 +90,7 @@ class SimConfig:
             "checkpoint_time_s",
             "restart_overhead_s",
             "pass_interval_s",
+            "tick_s",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
@@ -123,6 +137,12 @@ class _JobState:
     attempt: int = 0
     started_at: float = 0.0
     overhead_s: float = 0.0
+    # when a preempted attempt exits (its work counts up to there; the tick sees it later)
+    exit_at: float = math.inf
+    # when the attempt's work ends, if it runs on
+    finish_at: float = math.inf
+    # how much slower than at its ideal span the attempt runs (sim/network.py)
+    slowdown: float = 1.0
 
 
 class _Run:
@@ -144,6 +164,7 @@ class _Run:
         self.builder.set_nodes(node_facts)
         # free capacity per node; IdleWhileFits reads these same dicts, so they change in place
         self.free_g = {n.node_id: n.total_gpus for n in node_facts}
+        self.total_g = dict(self.free_g)
         self.free_c = {n.node_id: n.total_cpus for n in node_facts}
         self.free_m = {n.node_id: n.total_memory_gb for n in node_facts}
 
@@ -194,6 +215,16 @@ class _Run:
         # GPU-time held while jobs still arrive: utilisation under the offered load
         self.last_arrival = self.arrivals[-1].submit_s if self.arrivals else self.start
         self.arriving_gpu_s = 0.0
+        # topology: each node's labels, the largest domain per level, what starts spanned
+        self.labels = {n.node_id: dict(n.labels) for n in sim.cluster.nodes}
+        self.racks: dict[str, list[str]] = {}
+        for node_id, labels in self.labels.items():
+            if "rack" in labels:
+                self.racks.setdefault(labels["rack"], []).append(node_id)
+        self.largest = {s: sim.cluster.domain_gpus(s) for s in ("node", "rack", "block")}
+        self.spans: dict[str, int] = {}  # "ideal->spanned": starts of multi-node gangs
+        self.fragmentation_sum = 0.0
+        self.fragmentation_n = 0
 
     def run(self, wall: float, cpu: float) -> SimResult:
         """Jump from instant to instant; at each, take in its arrivals and job events, then
@@ -218,6 +249,9 @@ class _Run:
             if not self.builder.num_queued or not self._pass_due(now):
                 continue
             self._run_pass(now)
+            if self.cfg.tick_s and self.builder.num_queued:
+                # the loop decides again at its next tick while anything waits
+                events.wake_at(now + self.cfg.tick_s)
             if not events and self.next_arrival_s == math.inf and self.builder.num_queued:
                 break  # nothing will ever change: the rest can never start
         return self._result(wall, cpu)
@@ -265,6 +299,8 @@ class _Run:
         state = self.states[event.job_id]
         if state.attempt != event.attempt:
             return
+        if event.kind is EventKind.FINISH and state.exit_at < state.finish_at:
+            return  # it exited, preempted, before its work ended (both seen at one tick)
         slots = trial.request.num_slots
         self._hold(state.request, trial.placement, -1)
         self.held -= slots
@@ -276,7 +312,7 @@ class _Run:
             self._finish(state, slots, now)
             gone.append(event.job_id)
         else:
-            self._lose_unsaved_work(state, ran, slots)
+            self._lose_unsaved_work(state, state.exit_at - state.started_at, slots)
             changed.append(self._queued_facts(event.job_id, now))
 
     def _finish(self, state: _JobState, slots: int, now: float) -> None:
@@ -292,18 +328,25 @@ class _Run:
         with ``save_on_preempt``); the rest is lost GPU-time. The restart overhead it paid
         first is never progress."""
         cfg = self.cfg
-        productive = max(0.0, ran - state.overhead_s)
+        # the work done: the time it ran, at the pace its placement allowed
+        productive = max(0.0, ran - state.overhead_s) / state.slowdown
         saved = productive
         if not cfg.save_on_preempt and cfg.checkpoint_interval_s > 0:
             saved = math.floor(productive / cfg.checkpoint_interval_s) * cfg.checkpoint_interval_s
         saved = min(saved, state.remaining_s)
         state.remaining_s -= saved
-        self.lost_gpu_s += (productive - saved) * slots
+        self.lost_gpu_s += (productive - saved) * slots * state.slowdown
 
     def _pass_due(self, now: float) -> bool:
         """Whether a scheduling pass runs at ``now``: with ``pass_interval_s``, passes keep
         the control loop's tick, and an instant too close to the last pass waits for the
         next tick (a wake-up) instead."""
+        tick = self.cfg.tick_s
+        if tick:
+            due = self._seen(now)
+            if now < due:
+                self.events.wake_at(due)
+                return False
         interval = self.cfg.pass_interval_s
         if interval and now < self.last_pass + interval:
             self.events.wake_at(self.last_pass + interval)
@@ -331,6 +374,8 @@ class _Run:
         if changed:
             self.builder.update(changed)
             self.idle.changed(self.builder.queue)
+        if self.racks:
+            self._sample_fragmentation()
         if wake_at is not None and now < wake_at:
             self.events.wake_at(wake_at)
 
@@ -346,7 +391,8 @@ class _Run:
         self.facts[job_id] = preempting
         state = self.states[job_id]
         state.record.preemptions += 1
-        self.events.push(now + self.cfg.checkpoint_time_s, EventKind.RELEASE, job_id, state.attempt)
+        state.exit_at = now + self.cfg.checkpoint_time_s
+        self.events.push(self._seen(state.exit_at), EventKind.RELEASE, job_id, state.attempt)
         return preempting
 
     def _start(self, decision: Start, now: float) -> TrialFacts:
@@ -388,14 +434,57 @@ class _Run:
         state.attempt = number
         state.overhead_s = cost
         state.started_at = now
+        state.exit_at = math.inf
+        state.slowdown = self._slowdown(request, decision.placement)
+        state.finish_at = now + cost + state.remaining_s * state.slowdown
         self.facts[job_id] = trial
         self.held += request.num_slots
         self._account(trial.tenant, now, held=request.num_slots)
         self.usage.change(trial.tenant, now, request.num_slots)
         if state.record.first_start_s is None:
             state.record.first_start_s = now
-        self.events.push(now + cost + state.remaining_s, EventKind.FINISH, job_id, number)
+        self.events.push(self._seen(state.finish_at), EventKind.FINISH, job_id, number)
         return trial
+
+    def _slowdown(self, request: ResourceRequest, placement: tuple[str, ...]) -> float:
+        """How much slower than at its ideal span a gang placed so runs; the span counted."""
+        network = self.cfg.network
+        if network is None or (
+            len(set(placement)) <= 1 and request.num_slots <= self.largest["node"]
+        ):
+            return 1.0
+        ideal = ideal_span(request.num_slots, self.largest)
+        spanned = span_of(placement, self.labels)
+        key = f"{ideal}->{spanned}"
+        self.spans[key] = self.spans.get(key, 0) + 1
+        return network.slowdown(ideal, spanned)
+
+    def _sample_fragmentation(self) -> None:
+        """The share of free GPUs in racks that are partly used (neither whole nor full):
+        capacity a rack-sized gang cannot use without spanning racks."""
+        if not self.racks:
+            return
+        free_all = partial = 0
+        for members in self.racks.values():
+            free = sum(self.free_g[n] for n in members)
+            total = sum(self.largest_node_of(n) for n in members)
+            free_all += free
+            if 0 < free < total:
+                partial += free
+        if free_all:
+            self.fragmentation_sum += partial / free_all
+            self.fragmentation_n += 1
+
+    def largest_node_of(self, node_id: str) -> int:
+        return self.total_g[node_id]
+
+    def _seen(self, at: float) -> float:
+        """When the server sees what happens at ``at``: the first tick at or after it."""
+        tick = self.cfg.tick_s
+        if not tick:
+            return at
+        # a tolerance for times that are a multiple but not exactly in floating point
+        return math.ceil(at / tick - 1e-9) * tick
 
     def _hold(self, request: ResourceRequest, placement: tuple[str, ...], sign: int) -> None:
         """Take (``sign`` +1) or give back (-1) one worker's share of each placed node."""
@@ -453,7 +542,17 @@ class _Run:
             arriving_s=self.last_arrival - self.start,
             span_s=self.last - self.start,
             cpu_s=time.process_time() - cpu,
+            extra=self._topology_extra(),
         )
+
+    def _topology_extra(self) -> dict[str, object]:
+        if not self.racks:
+            return {}
+        n = self.fragmentation_n
+        return {
+            "spans": dict(sorted(self.spans.items())),
+            "fragmentation": self.fragmentation_sum / n if n else math.nan,
+        }
 
 
 def _project(job: TraceJob) -> str:
@@ -492,4 +591,5 @@ def _request_key(request: ResourceRequest) -> tuple[object, ...]:
         request.single_node,
         tuple(sorted(request.node_labels.items())),
         request.memory_gb_per_worker,
+        request.topology,
     )

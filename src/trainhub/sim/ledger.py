@@ -21,6 +21,21 @@ class TenantTimeline(EntitlementLedger):
         super().__init__(math.inf)
         self.set_guarantees({t: guarantees.get(t, 0) for t in tenants}, start_s)
         self._settled_at = start_s
+        # the most slots each tenant demanded at once (queued and running)
+        self.peak_demand: dict[str, float] = {}
+
+    def change(self, tenant: str, now: float, held: float = 0.0, demand: float = 0.0) -> None:
+        super().change(tenant, now, held, demand)
+        if demand > 0:
+            now_demand = self._accounts[tenant].demand
+            if now_demand > self.peak_demand.get(tenant, 0.0):
+                self.peak_demand[tenant] = now_demand
+
+    def within_guarantee(self) -> list[str]:
+        """Tenants whose demand never went past their guarantee (and demanded anything)."""
+        return sorted(
+            t for t, peak in self.peak_demand.items() if 0 < peak <= self._accounts[t].guarantee
+        )
 
     def settle(self, now: float) -> None:
         """Account every tenant up to ``now`` (what :meth:`ratios` reads)."""

@@ -88,6 +88,13 @@ class SimResult:
         makespan = (max(finished) - min(submitted)) if finished and submitted else 0.0
         capacity = self.total_gpus * makespan
         ratios = self.timeline.ratios()
+        slowdown = [
+            r.jct_s / r.duration_s for r in done if r.jct_s is not None and r.duration_s > 0
+        ]
+        by_tenant: dict[str, list[float]] = {}
+        for r in done:
+            if r.jct_s is not None:
+                by_tenant.setdefault(r.tenant, []).append(r.jct_s)
         return {
             "policy": self.policy,
             "jobs": len(self.records),
@@ -97,6 +104,12 @@ class SimResult:
             "avg_jct_s": _mean(jct),
             "median_jct_s": percentile(jct, 50),
             "p99_jct_s": percentile(jct, 99),
+            # JCT over run time, per job (1: no waiting)
+            "p99_slowdown": percentile(slowdown, 99),
+            # every tenant's average JCT, and the tenants whose demand stayed within their
+            # guarantee (a guarantee must never leave them worse off than FIFO)
+            "tenant_avg_jct_s": {t: _mean(v) for t, v in sorted(by_tenant.items())},
+            "within_guarantee": self.timeline.within_guarantee(),
             "avg_queueing_s": _mean(delay),
             "median_queueing_s": percentile(delay, 50),
             "p99_queueing_s": percentile(delay, 99),
@@ -122,4 +135,6 @@ class SimResult:
             "passes": self.passes,
             "wall_s": self.wall_s,
             "cpu_s": self.cpu_s,
+            # what the run measured besides (topology: spans and fragmentation)
+            "extra": dict(self.extra),
         }

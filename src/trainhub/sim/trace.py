@@ -20,12 +20,13 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from trainhub.core.resources import ResourceRequest
 from trainhub.core.spec import Priority
+from trainhub.core.topology import TopologyNeed
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class TraceJob:
     single_node: bool = False
     node_labels: dict[str, str] = field(default_factory=dict)
     memory_gb_per_worker: float = 0.0
+    topology: TopologyNeed | None = None  # one rack or block, required or preferred
+    # ranks per tensor-parallel group: each group's ranks share one node (issue 28)
+    tensor: int = 1
 
     def __post_init__(self) -> None:
         if self.num_gpus < 1 or self.num_gpus % self.gpus_per_worker:
@@ -53,6 +57,11 @@ class TraceJob:
             )
         if not (self.duration_s >= 0 and math.isfinite(self.duration_s)):
             raise ValueError(f"job {self.job_id}: duration_s must be >= 0")
+        if self.tensor < 1 or (self.num_gpus // self.gpus_per_worker) % self.tensor:
+            raise ValueError(
+                f"job {self.job_id}: its {self.num_gpus // self.gpus_per_worker} workers must "
+                f"be a multiple of tensor {self.tensor}"
+            )
 
     def request(self) -> ResourceRequest:
         return ResourceRequest(
@@ -62,6 +71,8 @@ class TraceJob:
             single_node=self.single_node,
             node_labels=dict(self.node_labels),
             memory_gb_per_worker=self.memory_gb_per_worker,
+            topology=self.topology,
+            group_size=self.tensor,
         )
 
 
@@ -71,22 +82,8 @@ def _renumber(jobs: Iterable[TraceJob]) -> list[TraceJob]:
     if not ordered:
         return []
     start = ordered[0].submit_s
-    return [
-        TraceJob(
-            job_id=i,
-            submit_s=j.submit_s - start,
-            duration_s=j.duration_s,
-            num_gpus=j.num_gpus,
-            tenant=j.tenant,
-            priority=j.priority,
-            gpus_per_worker=j.gpus_per_worker,
-            cpus_per_worker=j.cpus_per_worker,
-            single_node=j.single_node,
-            node_labels=j.node_labels,
-            memory_gb_per_worker=j.memory_gb_per_worker,
-        )
-        for i, j in enumerate(ordered)
-    ]
+    # every other field as it was (the topology and tensor groups of a job included)
+    return [replace(j, job_id=i, submit_s=j.submit_s - start) for i, j in enumerate(ordered)]
 
 
 def load_philly(path: Path, limit: int | None = None) -> list[TraceJob]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import secrets
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -22,10 +20,12 @@ from trainhub.service.container import Services
 from trainhub.service.metric_warnings import trial_metric_warning
 from trainhub.service.ports import Principal
 from trainhub.service.steering import SteeringService
+from trainhub.service.usage import usage_csv as usage_csv_text
 from trainhub.web.admin import add_admin_routes
 from trainhub.web.cluster import add_cluster_routes, trial_gpus_context
 from trainhub.web.lists import ListQuery, experiments_context, list_query, usage_context
 from trainhub.web.profiles import add_profile_routes, profiles_context
+from trainhub.web.session_pages import add_session_routes
 from trainhub.web.sessions import LOGIN_CSRF_COOKIE, SESSION_COOKIE
 from trainhub.web.site import HERE, PREFIX, LoginNeeded, Site, templates
 from trainhub.web.streams import add_list_live_routes, add_live_routes
@@ -296,13 +296,8 @@ def build_router(services: Services) -> APIRouter:
         except LoginNeeded:
             return RedirectResponse(f"{PREFIX}/login", status_code=303)
         report = services.usage.report(principal, None, None)
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(["day", "tenant", "user", "project", "slot_hours"])
-        for row in report.rows:
-            writer.writerow([row.day, row.tenant, row.user, row.project, f"{row.slot_hours:.4f}"])
         return Response(
-            buffer.getvalue(),
+            usage_csv_text(report.rows),
             media_type="text/csv",
             headers={"Content-Disposition": 'attachment; filename="usage.csv"'},
         )
@@ -311,6 +306,7 @@ def build_router(services: Services) -> APIRouter:
     add_admin_routes(router, web)
     add_live_routes(router, web)
     add_profile_routes(router, web)
+    add_session_routes(router, web)
     return router
 
 

@@ -89,6 +89,7 @@ def parts_context(
         "timing": step_timing(profiling),
         "timing_step": (trial.latest_metrics or {}).get("step"),
         "alerts": detail.alerts,
+        "traffic": detail.traffic,
         **startup_context(detail.events),
     }
 

@@ -226,6 +226,7 @@ def test_a_tenant_below_its_guarantee_reclaims_borrowed_gpus() -> None:
 
 def test_reclaim_never_takes_a_lender_below_its_own_guarantee() -> None:
     _, out = decide(
+        FairShareConfig(reclaim_rate_share_per_h=None),  # no bound on the rate here
         nodes=[node("n", 8, free=0)],
         run=borrowed_cluster(),
         queue=[queued(i, "a", at=1000.0 + i) for i in range(1, 7)],

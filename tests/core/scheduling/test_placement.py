@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainhub.core.resources import ResourceRequest, can_ever_fit
 from trainhub.core.scheduling.nodepool import NodePool
 from trainhub.core.scheduling.placement import NoFit, place
 from trainhub.core.scheduling.reservation import reserve
@@ -149,6 +151,31 @@ def test_a_request_that_fits_only_a_cordoned_node_waits_for_it_by_name() -> None
     assert "whole cluster holds 2" in lost.reason
 
 
+def test_a_held_node_is_named_by_its_host_and_for_what_holds_it() -> None:
+    from dataclasses import replace
+
+    def held(name: str, why: str) -> object:
+        return replace(node(name, 8), alive=False, cordoned=True, held=why, hostname=f"{name}.lab")
+
+    cordoned = place(request(4), [held("gpu-a", "cordoned"), node("gpu-b", 2)])
+    assert isinstance(cordoned, NoFit)
+    assert "the node it fits on is cordoned (gpu-a.lab)" in cordoned.reason
+    assert "uncordons it" in cordoned.reason
+    assert "unhealthy" not in cordoned.reason
+    sick = place(request(4), [held("gpu-a", "unhealthy"), node("gpu-b", 2)])
+    assert isinstance(sick, NoFit)
+    assert "is unhealthy (gpu-a.lab)" in sick.reason
+    assert "healthy again" in sick.reason
+    assert "uncordon" not in sick.reason
+    draining = place(request(4), [held("gpu-a", "draining"), node("gpu-b", 2)])
+    assert isinstance(draining, NoFit)
+    assert "is draining (gpu-a.lab)" in draining.reason
+    both = place(request(4), [held("gpu-a", "cordoned"), held("gpu-c", "unhealthy")])
+    assert isinstance(both, NoFit)
+    assert "are cordoned (gpu-a.lab), unhealthy (gpu-c.lab)" in both.reason
+    assert "once one takes trials again" in both.reason
+
+
 def test_the_scheduling_view_marks_a_node_held_by_the_monitor_as_cordoned() -> None:
     from trainhub.core.scheduling.view import NodeFacts
     from trainhub.service.scheduling_view import with_overlay
@@ -156,4 +183,62 @@ def test_the_scheduling_view_marks_a_node_held_by_the_monitor_as_cordoned() -> N
     facts = NodeFacts(node_id="gpu-a", total_gpus=8, total_cpus=64.0)
     held = with_overlay(facts, {"gpu-a": (False, None)})
     assert (held.alive, held.cordoned) == (False, True)
+    sick = with_overlay(facts, {"gpu-a": (False, None, "unhealthy")})
+    assert (sick.cordoned, sick.held) == (True, "unhealthy")
     assert with_overlay(facts, {"gpu-a": (True, None)}).cordoned is False
+
+
+# -- tensor-parallel groups (issue 28): a group's consecutive ranks share one node ------------
+
+
+def grouped(gpus: int, group: int, placement: Placement = Placement.PACK) -> ResourceRequest:
+    return replace(request(gpus, placement=placement), group_size=group)
+
+
+def test_a_tensor_group_is_never_split_across_nodes() -> None:
+    nodes = [node("a", 8, free=3), node("b", 8, free=3)]
+    assert place(request(4), nodes) == ("a", "a", "a", "b")  # three and one, ungrouped
+    assert place(grouped(4, 2), nodes) == ("a", "a", "b", "b")  # two whole groups
+
+
+def test_a_gang_that_fits_only_by_splitting_a_group_waits() -> None:
+    nodes = [node("a", 8, free=3), node("b", 8, free=1)]
+    assert isinstance(place(grouped(4, 2), nodes), NoFit)
+    assert isinstance(place(request(4), nodes), tuple)
+
+
+def test_spread_spreads_whole_groups() -> None:
+    nodes = [node(n, 4) for n in "abc"]
+    ranks = place(grouped(6, 2, Placement.SPREAD), nodes)
+    assert ranks == ("a", "a", "b", "b", "c", "c")
+
+
+def test_the_submit_check_names_the_tensor_field_when_groups_cannot_fit() -> None:
+    nodes = [node("a", 3), node("b", 1)]
+    assert can_ever_fit(request(4), nodes) is None
+    unfit = can_ever_fit(grouped(4, 2), nodes)
+    assert unfit is not None
+    assert "groups of 2" in unfit.message
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8)), min_size=1, max_size=6),
+    st.integers(1, 6),
+    st.sampled_from([2, 4]),
+    st.sampled_from(list(Placement)),
+)
+def test_every_group_lands_whole_on_one_node(
+    shapes: list[tuple[int, int]], groups: int, size: int, placement: Placement
+) -> None:
+    nodes = [node(f"n{i}", max(t, f), free=min(t, f)) for i, (t, f) in enumerate(shapes)]
+    result = place(grouped(groups * size, size, placement), nodes)
+    free = {n.node_id: n.free_gpus for n in nodes}
+    if isinstance(result, NoFit):
+        assert sum(f // size for f in free.values()) < groups  # no room for that many groups
+        return
+    assert len(result) == groups * size
+    for g in range(groups):
+        assert len(set(result[g * size : (g + 1) * size])) == 1
+    for n, count in Counter(result).items():
+        assert count <= free[n]

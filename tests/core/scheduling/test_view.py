@@ -369,3 +369,22 @@ def test_a_node_holding_more_than_it_has_takes_nothing_and_breaks_no_policy(
     assert snapshot.nodes[0].free_gpus == -2
     starts, _, _ = split_decisions(create_policy(policy_name).decide(snapshot))
     assert all("n0" not in start.placement for start in starts)
+
+
+def test_a_trial_given_twice_in_one_update_counts_as_its_last_facts() -> None:
+    # the control loop's read and a refresh of duration estimates both remade a queued trial
+    # in one tick: the queue held it once, and removing it twice raised KeyError every tick
+    builder = SnapshotBuilder()
+    first = TrialFacts(
+        trial_id=1, tenant="a", user="u", state=Q, request=req(2), submitted_at=0.0, queued_at=0.0
+    )
+    builder.update(trials=[first])
+    read = replace(first, queued_at=1.0)
+    refreshed = replace(read, expected_duration_s=100.0)
+
+    builder.update(trials=[read, refreshed])
+    builder.update(gone=[1])  # what raised KeyError: the queue held the read's view twice
+
+    assert len(builder.queue) == 0
+    builder.update(trials=[refreshed])
+    assert [t.trial_id for run in builder.queue.groups.values() for t in run] == [1]

@@ -14,12 +14,12 @@ from sqlalchemy import (
     String,
     UniqueConstraint,
     func,
-    or_,
     select,
 )
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from trainhub.adapters.db.models import Base, TenantRow
+from trainhub.adapters.db.tenant_assets import AssetTables
 from trainhub.service.datasets import Dataset, DatasetVersion
 
 
@@ -61,61 +61,21 @@ class DatasetShareRow(Base):
 class SqlDatasetStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-
-    def _records(self, session: Session, rows: Sequence[DatasetRow]) -> list[Dataset]:
-        if not rows:
-            return []
-        names = {t.id: t.name for t in session.scalars(select(TenantRow))}
-        ids = [r.id for r in rows]
-        versions: dict[int, list[DatasetVersionRow]] = {i: [] for i in ids}
-        for v in session.scalars(
-            select(DatasetVersionRow)
-            .where(DatasetVersionRow.dataset_id.in_(ids))
-            .order_by(DatasetVersionRow.version)
-        ):
-            versions[v.dataset_id].append(v)
-        shares: dict[int, list[str]] = {i: [] for i in ids}
-        for s in session.scalars(
-            select(DatasetShareRow).where(DatasetShareRow.dataset_id.in_(ids))
-        ):
-            shares[s.dataset_id].append(names[s.tenant_id])
-        out = []
-        for r in rows:
-            tenant = names[r.tenant_id]
-            out.append(
-                Dataset(
-                    r.id,
-                    r.name,
-                    tenant,
-                    r.created_at,
-                    r.created_by,
-                    tuple(sorted(shares[r.id])),
-                    tuple(_version(v, r.name, tenant) for v in versions[r.id]),
-                )
-            )
-        return out
+        self.tables: AssetTables[Dataset, DatasetVersion] = AssetTables(
+            engine,
+            asset=DatasetRow,
+            version=DatasetVersionRow,
+            share=DatasetShareRow,
+            key="dataset_id",
+            record=_dataset,
+            version_record=_version,
+        )
 
     def find_datasets(self, name: str, tenant: str | None = None) -> list[Dataset]:
-        with Session(self.engine) as session:
-            query = select(DatasetRow).where(DatasetRow.name == name)
-            if tenant is not None:
-                query = query.join(TenantRow, TenantRow.id == DatasetRow.tenant_id).where(
-                    TenantRow.name == tenant
-                )
-            return self._records(session, session.scalars(query).all())
+        return self.tables.find(name, tenant)
 
     def list_datasets(self, tenants: Sequence[str] | None, limit: int) -> list[Dataset]:
-        with Session(self.engine) as session:
-            query = select(DatasetRow).order_by(DatasetRow.name, DatasetRow.id)
-            if tenants is not None:
-                tenant_ids = select(TenantRow.id).where(TenantRow.name.in_(list(tenants)))
-                shared = select(DatasetShareRow.dataset_id).where(
-                    DatasetShareRow.tenant_id.in_(tenant_ids)
-                )
-                query = query.where(
-                    or_(DatasetRow.tenant_id.in_(tenant_ids), DatasetRow.id.in_(shared))
-                )
-            return self._records(session, session.scalars(query.limit(limit)).all())
+        return self.tables.listed(tenants, limit)
 
     def add_version(
         self,
@@ -189,13 +149,7 @@ class SqlDatasetStore:
             return sorted(keys - used)
 
     def set_share(self, dataset_id: int, tenant: str, shared: bool) -> None:
-        with Session(self.engine) as session, session.begin():
-            tenant_id = session.scalars(select(TenantRow.id).where(TenantRow.name == tenant)).one()
-            row = session.get(DatasetShareRow, (dataset_id, tenant_id))
-            if shared and row is None:
-                session.add(DatasetShareRow(dataset_id=dataset_id, tenant_id=tenant_id))
-            elif not shared and row is not None:
-                session.delete(row)
+        self.tables.set_share(dataset_id, tenant, shared)
 
     def bytes_of_tenant(self, tenant: str) -> int:
         with Session(self.engine) as session:
@@ -212,6 +166,15 @@ class SqlDatasetStore:
             )
             total = session.scalar(select(func.coalesce(func.sum(distinct.c.size), 0)))
             return int(total or 0)
+
+
+def _dataset(
+    row: DatasetRow,
+    tenant: str,
+    shared_with: tuple[str, ...],
+    versions: tuple[DatasetVersion, ...],
+) -> Dataset:
+    return Dataset(row.id, row.name, tenant, row.created_at, row.created_by, shared_with, versions)
 
 
 def _version(row: DatasetVersionRow, name: str, tenant: str) -> DatasetVersion:

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Engine,
     Float,
     ForeignKey,
@@ -17,12 +18,12 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
-    or_,
     select,
 )
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from trainhub.adapters.db.models import Base, TenantRow
+from trainhub.adapters.db.tenant_assets import AssetTables
 from trainhub.service.registry import ModelVersion, NewVersion, RegisteredModel
 
 
@@ -55,6 +56,9 @@ class ModelVersionRow(Base):
     created_by: Mapped[str] = mapped_column(String(64))
     # set when deleted (migration 0016): the row stays so its number is never reused
     deleted_at: Mapped[float | None] = mapped_column(Float, nullable=True, default=None)
+    # whether the weights load into ``arch`` (migration 0018): None where never checked
+    weights_fit: Mapped[bool | None] = mapped_column(Boolean, nullable=True, default=None)
+    weights_problem: Mapped[str] = mapped_column(Text, default="", server_default="")
 
 
 class ModelShareRow(Base):
@@ -70,70 +74,22 @@ class ModelShareRow(Base):
 class SqlModelStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-
-    def _tenant_names(self, session: Session) -> dict[int, str]:
-        return {t.id: t.name for t in session.scalars(select(TenantRow))}
-
-    def _records(
-        self, session: Session, rows: Sequence[RegisteredModelRow]
-    ) -> list[RegisteredModel]:
-        if not rows:
-            return []
-        names = self._tenant_names(session)
-        ids = [r.id for r in rows]
-        versions: dict[int, list[ModelVersionRow]] = {i: [] for i in ids}
-        for v in session.scalars(
-            select(ModelVersionRow)
-            .where(ModelVersionRow.model_id.in_(ids), ModelVersionRow.deleted_at.is_(None))
-            .order_by(ModelVersionRow.version)
-        ):
-            versions[v.model_id].append(v)
-        shares: dict[int, list[str]] = {i: [] for i in ids}
-        for s in session.scalars(select(ModelShareRow).where(ModelShareRow.model_id.in_(ids))):
-            shares[s.model_id].append(names[s.tenant_id])
-        out = []
-        for r in rows:
-            tenant = names[r.tenant_id]
-            out.append(
-                RegisteredModel(
-                    r.id,
-                    r.name,
-                    tenant,
-                    r.description,
-                    r.created_at,
-                    r.created_by,
-                    tuple(sorted(shares[r.id])),
-                    tuple(_version(v, r.name, tenant) for v in versions[r.id]),
-                )
-            )
-        return out
+        self.tables: AssetTables[RegisteredModel, ModelVersion] = AssetTables(
+            engine,
+            asset=RegisteredModelRow,
+            version=ModelVersionRow,
+            share=ModelShareRow,
+            key="model_id",
+            record=_model,
+            version_record=_version,
+            live=lambda: ModelVersionRow.deleted_at.is_(None),
+        )
 
     def find_models(self, name: str, tenant: str | None = None) -> list[RegisteredModel]:
-        with Session(self.engine) as session:
-            query = select(RegisteredModelRow).where(RegisteredModelRow.name == name)
-            if tenant is not None:
-                query = query.join(TenantRow, TenantRow.id == RegisteredModelRow.tenant_id).where(
-                    TenantRow.name == tenant
-                )
-            return self._records(session, session.scalars(query).all())
+        return self.tables.find(name, tenant)
 
     def list_models(self, tenants: Sequence[str] | None, limit: int) -> list[RegisteredModel]:
-        with Session(self.engine) as session:
-            query = select(RegisteredModelRow).order_by(
-                RegisteredModelRow.name, RegisteredModelRow.id
-            )
-            if tenants is not None:
-                tenant_ids = select(TenantRow.id).where(TenantRow.name.in_(list(tenants)))
-                shared = select(ModelShareRow.model_id).where(
-                    ModelShareRow.tenant_id.in_(tenant_ids)
-                )
-                query = query.where(
-                    or_(
-                        RegisteredModelRow.tenant_id.in_(tenant_ids),
-                        RegisteredModelRow.id.in_(shared),
-                    )
-                )
-            return self._records(session, session.scalars(query.limit(limit)).all())
+        return self.tables.listed(tenants, limit)
 
     def add_version(
         self,
@@ -181,19 +137,14 @@ class SqlModelStore:
                 lineage=new.lineage,
                 created_at=now,
                 created_by=created_by,
+                weights_fit=new.weights_fit,
             )
             session.add(row)
             session.flush()
             return _version(row, name, tenant)
 
     def set_share(self, model_id: int, tenant: str, shared: bool) -> None:
-        with Session(self.engine) as session, session.begin():
-            tenant_id = session.scalars(select(TenantRow.id).where(TenantRow.name == tenant)).one()
-            row = session.get(ModelShareRow, (model_id, tenant_id))
-            if shared and row is None:
-                session.add(ModelShareRow(model_id=model_id, tenant_id=tenant_id))
-            elif not shared and row is not None:
-                session.delete(row)
+        self.tables.set_share(model_id, tenant, shared)
 
     def bytes_of_tenant(self, tenant: str) -> int:
         with Session(self.engine) as session:
@@ -205,11 +156,46 @@ class SqlModelStore:
             )
             return int(total or 0)
 
+    def unchecked_versions(self, after_id: int, limit: int) -> list[ModelVersion]:
+        with Session(self.engine) as session:
+            names = self.tables.tenant_names(session)
+            rows = session.execute(
+                select(ModelVersionRow, RegisteredModelRow)
+                .join(RegisteredModelRow, RegisteredModelRow.id == ModelVersionRow.model_id)
+                .where(
+                    ModelVersionRow.id > after_id,
+                    ModelVersionRow.weights_fit.is_(None),
+                    ModelVersionRow.deleted_at.is_(None),
+                )
+                .order_by(ModelVersionRow.id)
+                .limit(limit)
+            ).all()
+            return [_version(v, m.name, names[m.tenant_id]) for v, m in rows]
+
+    def set_weights_fit(self, version_id: int, fit: bool, problem: str) -> None:
+        with Session(self.engine) as session, session.begin():
+            row = session.get(ModelVersionRow, version_id)
+            if row is not None:
+                row.weights_fit = fit
+                row.weights_problem = problem
+
     def delete_version(self, version_id: int, now: float) -> None:
         with Session(self.engine) as session, session.begin():
             row = session.get(ModelVersionRow, version_id)
             if row is not None and row.deleted_at is None:
                 row.deleted_at = now
+
+
+def _model(
+    row: RegisteredModelRow,
+    tenant: str,
+    shared_with: tuple[str, ...],
+    versions: tuple[ModelVersion, ...],
+) -> RegisteredModel:
+    return RegisteredModel(
+        row.id, row.name, tenant, row.description, row.created_at, row.created_by,
+        shared_with, versions,
+    )  # fmt: skip
 
 
 def _version(row: ModelVersionRow, name: str, tenant: str) -> ModelVersion:
@@ -226,4 +212,6 @@ def _version(row: ModelVersionRow, name: str, tenant: str) -> ModelVersion:
         dict(row.lineage),
         row.created_at,
         row.created_by,
+        row.weights_fit,
+        row.weights_problem or "",
     )

@@ -30,6 +30,7 @@ from trainhub.adapters.db.models import (
     TrialRow,
     UserRow,
 )
+from trainhub.adapters.db.traffic_store import SqlTrafficStore
 from trainhub.adapters.db.write_quota_store import SqlWriteQuotaStore
 from trainhub.core.entitlement import Interval
 from trainhub.core.errors import Conflict, NotFound
@@ -208,7 +209,7 @@ def _checkpoint(row: CheckpointRow) -> Checkpoint:
     )
 
 
-class SqlRepository(SqlLayerAlertStore, SqlWriteQuotaStore):
+class SqlRepository(SqlLayerAlertStore, SqlWriteQuotaStore, SqlTrafficStore):
     def __init__(self, session: Session) -> None:
         self.s = session
 

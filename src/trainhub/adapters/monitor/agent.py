@@ -16,6 +16,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from trainhub.adapters import node_leftovers
 from trainhub.adapters.monitor.sampler import NodeSampler
 from trainhub.adapters.ray_executor.executor import connect
 from trainhub.service.monitoring import NodeInventory, NodeSample
@@ -38,7 +39,10 @@ class AgentLoop:
         self._thread.start()
 
     def _run(self) -> None:
+        last_sweep: list[float] = []
         while True:
+            # what rank actors that died outright left on the node (cgroups, network names)
+            node_leftovers.sweep_quietly(last_sweep)
             try:
                 sample = self.sampler.sample()
             except Exception:  # one failed reading must not end the agent

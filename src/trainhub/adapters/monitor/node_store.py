@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Engine, Float, Integer, String, Text, select
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Engine, Float, Integer, String, Text, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from trainhub.adapters.db.models import Base
@@ -25,6 +28,15 @@ class NodeHealthEventRow(Base):
     at: Mapped[float] = mapped_column(Float)
     healthy: Mapped[bool] = mapped_column(Boolean)
     reason: Mapped[str] = mapped_column(Text)
+
+
+class NodeLabelRow(Base):
+    """Labels set with `trainhub nodes label` (migration 0020): topology levels and others."""
+
+    __tablename__ = "node_labels"
+    node_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)
 
 
 class SqlNodeControlStore:
@@ -65,3 +77,17 @@ class SqlNodeControlStore:
                 .limit(limit)
             ).all()
             return [(r.at, r.healthy, r.reason) for r in rows]
+
+    def node_labels(self) -> dict[str, dict[str, str]]:
+        with Session(self.engine) as session:
+            rows = session.scalars(select(NodeLabelRow)).all()
+            return {r.node_id: {str(k): str(v) for k, v in r.labels.items()} for r in rows}
+
+    def set_node_labels(self, node_id: str, labels: Mapping[str, str], at: float) -> None:
+        with Session(self.engine) as session, session.begin():
+            row = session.get(NodeLabelRow, node_id)
+            if row is None:
+                row = NodeLabelRow(node_id=node_id)
+                session.add(row)
+            row.labels = dict(labels)
+            row.updated_at = at

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
 import time
+from collections.abc import Mapping
+from pathlib import Path
 
 import psutil
 
 from trainhub.adapters.monitor.nvml import GpuProbe
+from trainhub.adapters.ray_executor.warm_pool import registered_ranks, warm_rank_environment
 from trainhub.runtime.protocol import ENV_TRIAL_ID
 from trainhub.service.monitoring import NodeInventory, NodeSample
 
@@ -27,6 +31,7 @@ class NodeSampler:
         psutil.cpu_percent(None)  # the first call starts the interval the next one measures
         # rank process id -> trial id: a process's environment is read once
         self._trial_of: dict[int, int | None] = {}
+        self._warm_of: dict[int, int] = {}  # warm ranks' processes, found anew every sample
 
     def sample(self) -> NodeSample:
         memory = psutil.virtual_memory()
@@ -41,14 +46,17 @@ class NodeSampler:
             net_sent_bytes=net.bytes_sent if net else 0,
             net_recv_bytes=net.bytes_recv if net else 0,
             disk_used_pct=psutil.disk_usage(self.disk_path).percent,
-            gpus=self.gpus.sample(self._trial_of.get),
+            gpus=self.gpus.sample(self._trial_of_pid),
             trials=trials,
         )
 
     def _trial_usage(self) -> dict[int, tuple[float, float]]:
-        """CPU % and resident GB of each trial's rank processes (found by their environment)."""
+        """CPU % and resident GB of each trial's rank processes (found by their environment;
+        a warm rank's, which is the zygote's, by the zygote's registry: warm_pool.py)."""
         usage: dict[int, tuple[float, float]] = {}
         seen = set()
+        warm = registered_ranks()
+        self._warm_of = {}
         for proc in psutil.process_iter(["pid"]):
             pid = proc.pid
             seen.add(pid)
@@ -59,6 +67,11 @@ class NodeSampler:
                 except (psutil.Error, OSError):
                     self._trial_of[pid] = None
             trial = self._trial_of[pid]
+            if trial is None and warm:  # an idle warm process may have become a rank since
+                value = (warm_rank_environment(pid, warm) or {}).get(TRIAL_ENV)
+                trial = int(value) if value and value.isdigit() else None
+                if trial is not None:
+                    self._warm_of[pid] = trial
             if trial is None:
                 continue
             try:
@@ -71,6 +84,10 @@ class NodeSampler:
             usage[trial] = (before[0] + cpu, before[1] + rss)
         self._trial_of = {p: t for p, t in self._trial_of.items() if p in seen}
         return usage
+
+    def _trial_of_pid(self, pid: int) -> int | None:
+        found = self._trial_of.get(pid)
+        return found if found is not None else self._warm_of.get(pid)
 
     def inventory(self) -> NodeInventory:
         stats = psutil.net_if_stats()
@@ -95,7 +112,30 @@ class NodeSampler:
             memory_gb=round(psutil.virtual_memory().total / _GB, 1),
             gpus=self.gpus.inventory(),
             nics=tuple(nics),
+            labels=configured_labels(),
         )
+
+
+LABELS_ENV = "TRAINHUB_NODE_LABELS"  # "rack=r3,block=b1" in the agent's environment
+LABELS_FILE = Path("/etc/trainhub/node-labels")  # or one KEY=VALUE a line, on the node
+
+
+def configured_labels(
+    environ: Mapping[str, str] | None = None, path: Path = LABELS_FILE
+) -> dict[str, str]:
+    """The node's labels from its configuration: the file, then the environment over it (a
+    malformed entry is skipped: a label is a hint to the scheduler, never a reason to stop)."""
+    environ = os.environ if environ is None else environ
+    pairs: list[str] = []
+    with contextlib.suppress(OSError):
+        pairs += path.read_text().split()
+    pairs += environ.get(LABELS_ENV, "").replace(",", " ").split()
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if sep and key.strip() and value.strip():
+            labels[key.strip()] = value.strip()
+    return labels
 
 
 def _cpu_model() -> str:

@@ -19,10 +19,17 @@ import ipaddress
 import os
 import re
 import socket
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from trainhub.adapters import cgroups, seccomp, trial_network
+from trainhub.adapters import (
+    cgroups,
+    node_leftovers,
+    seccomp,
+    trial_network,
+    trial_traffic,
+    trial_tunnel,
+)
 from trainhub.adapters.sandbox import SandboxPlan
 from trainhub.core.isolation import (
     DENIED_SYSCALLS,
@@ -33,8 +40,10 @@ from trainhub.core.isolation import (
     isolation_profile,
     memory_exceeded,
 )
+from trainhub.core.traffic import NamespaceSample
 
 API_URL_ENV = "TRAINHUB_API_URL"  # trainhub.runtime.protocol.ENV_API_URL
+_LAST_SWEEP: list[float] = []  # when this process last swept its node (node_leftovers.py)
 
 
 class ContainmentError(RuntimeError):
@@ -51,8 +60,10 @@ class Containment:
         network: trial_network.TrialNetwork | None,
         relay: trial_network.ApiRelay | None,
         seccomp_fd: int | None,
+        holds: dict[str, node_leftovers.Hold] | None = None,
     ) -> None:
         self.profile = profile
+        self._holds = holds or {}  # "cgroup", "network": what a sweep removes if we die
         self.cgroup = group
         self.network = network
         self._relay = relay
@@ -70,6 +81,8 @@ class Containment:
         *,
         num_nodes: int,
         env: MutableMapping[str, str],
+        node_ips: Sequence[str] = (),
+        node_ip: str = "",
     ) -> Containment:
         """Make the rank's cgroup, join or make the trial's network, compile the filter.
 
@@ -77,25 +90,35 @@ class Containment:
         cgroup: both must be unique on the node, whatever else runs there (two control planes
         on one node both have a trial 1): the placement group's and the actor's Ray ids are.
         ``env`` (the rank's environment) is adjusted for a trial network: the rendezvous on
-        loopback, the API's address as the relay serves it.
+        loopback, the API's address as the relay serves it. A trial on several nodes
+        (``node_ips``: their addresses in the order of the trial's first rank on each, this
+        node's ``node_ip`` among them) gets a tunnel between its namespaces (trial_tunnel.py).
         """
+        node_leftovers.sweep_quietly(_LAST_SWEEP)  # what dead actors left on this node
         profile = isolation_profile(dataclasses.replace(resources, num_nodes=num_nodes), node)
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"rank{rank}-{rank_id}")
         group = network = relay = None
         fd = None
+        holds: dict[str, node_leftovers.Hold] = {}
         try:
             if profile.limits is not None:
                 group = cgroups.create_rank_cgroup(name, profile.limits)
+                holds["cgroup"] = node_leftovers.hold_cgroup(group, name)
             if profile.network == NetworkMode.TRIAL:
-                network, relay = _trial_network(attempt_id, env)
+                tunnel = None
+                if num_nodes > 1:
+                    tunnel = trial_tunnel.plan(attempt_id, node_ips, node_ip)
+                network, relay = _trial_network(attempt_id, env, tunnel, holds)
             if profile.denied_syscalls:
                 fd = seccomp.filter_fd(profile.denied_syscalls)
-            return cls(profile, group, network, relay, fd)
+            return cls(profile, group, network, relay, fd, holds)
         except (OSError, RuntimeError) as exc:
             if relay is not None:
                 relay.close()
             if group is not None:
                 group.remove(timeout_s=0)
+            for hold in holds.values():
+                hold.release()
             raise ContainmentError(f"cannot contain rank {rank}: {exc}") from exc
 
     def sandbox_plan(self, plan: SandboxPlan) -> SandboxPlan:
@@ -129,11 +152,24 @@ class Containment:
             return None
         return memory_exceeded(rank, limits.memory_bytes, self.cgroup.peak_memory_bytes())
 
+    def traffic(self) -> NamespaceSample | None:
+        """The byte counters of the trial's namespace on this node now (None: it has none)."""
+        fd, network = self._netns_fd, self.network
+        if fd is None or network is None:
+            return None
+        try:
+            interfaces = trial_traffic.read_namespace(fd)
+        except OSError:
+            return None
+        relay = self._relay.bytes if self._relay is not None else 0
+        return NamespaceSample(network.name, tuple(sorted(interfaces.items())), relay)
+
     def cpu_time_s(self) -> float:
         return self.cgroup.cpu_time_s() if self.cgroup is not None else 0.0
 
     def remove(self, *, last_on_node: bool) -> None:
-        """Release the relay and the cgroup; the network's name too when no rank is left."""
+        """Release the relay and the cgroup; the network's name too when no rank of the node
+        holds it any more (``last_on_node`` decides where nothing holds it)."""
         self.started()
         if self._relay is not None:
             self._relay.close()
@@ -143,25 +179,44 @@ class Containment:
             with contextlib.suppress(OSError):
                 os.close(self._netns_fd)
             self._netns_fd = None
-        if last_on_node and self.network is not None:
-            self.network.remove()
+        if self.cgroup is not None and "cgroup" in self._holds:
+            removed = not any(f.exists() for f in self.cgroup.folders())
+            self._holds.pop("cgroup").release(removed=removed)
+        if self.network is not None:
+            hold = self._holds.pop("network", None)
+            last = hold.last() if hold is not None else last_on_node
+            if last:
+                self.network.remove()
+            if hold is not None:
+                hold.release(removed=last)
 
 
 def _trial_network(
-    attempt_id: str, env: MutableMapping[str, str]
+    attempt_id: str,
+    env: MutableMapping[str, str],
+    tunnel: trial_tunnel.TunnelPlan | None,
+    holds: dict[str, node_leftovers.Hold],
 ) -> tuple[trial_network.TrialNetwork, trial_network.ApiRelay | None]:
     """The attempt's namespace on this node, and the API relay if this rank serves it."""
     name = trial_network.namespace_name(attempt_id)
+    then = None
+    if tunnel is not None:  # one end of the tunnel per node: the name says which node
+        name = trial_network.namespace_name(f"{attempt_id}-n{tunnel.node_index}")
+
+        def then(network: trial_network.TrialNetwork) -> None:
+            trial_tunnel.add_tunnel(network, tunnel)
+
+    holds["network"] = node_leftovers.hold_network(trial_network.TrialNetwork(name))
     relay = None
     if not env.get(API_URL_ENV):  # a launch without the control plane (benchmarks, tests)
-        network = trial_network.TrialNetwork.ensure(name, [])
+        network = trial_network.TrialNetwork.ensure(name, [], then=then)
     else:
         url = urlsplit(env[API_URL_ENV])
         if not url.hostname or url.scheme not in ("http", "https"):
             raise ContainmentError(f"{API_URL_ENV} is not an http(s) URL: {env[API_URL_ENV]!r}")
         port = url.port or (443 if url.scheme == "https" else 80)
         address = _resolve(url.hostname)
-        network = trial_network.TrialNetwork.ensure(name, [address])
+        network = trial_network.TrialNetwork.ensure(name, [address], then=then)
         try:
             relay = trial_network.ApiRelay(network, (address, port), (url.hostname, port))
         except OSError as exc:
@@ -170,10 +225,14 @@ def _trial_network(
         if address != url.hostname:  # no name service in the namespace: name the address
             netloc = f"{address}:{port}" if url.port else address
             env[API_URL_ENV] = urlunsplit(url._replace(netloc=netloc))
-    # the ranks of the trial on this node rendezvous on the namespace's loopback
-    env["MASTER_ADDR"] = "127.0.0.1"
-    env["GLOO_SOCKET_IFNAME"] = "lo"
-    env["NCCL_SOCKET_IFNAME"] = "lo"
+    if tunnel is None:  # the ranks of the trial on this node rendezvous on its loopback
+        env["MASTER_ADDR"] = "127.0.0.1"
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+        env["NCCL_SOCKET_IFNAME"] = "lo"
+    else:  # across nodes: on the tunnel, rank 0's node first
+        env["MASTER_ADDR"] = trial_tunnel.address_of(0)
+        env["GLOO_SOCKET_IFNAME"] = trial_tunnel.INTERFACE
+        env["NCCL_SOCKET_IFNAME"] = trial_tunnel.INTERFACE
     return network, relay
 
 
@@ -197,6 +256,9 @@ def resolve_isolation(pids_per_rank: int) -> tuple[NodeIsolation, list[str]]:
     network_why = trial_network.network_problem()
     if network_why:
         warnings.append(f"trials share the node's network: {network_why}")
+    tunnel_why = None if network_why else trial_tunnel.tunnel_problem()
+    if tunnel_why:
+        warnings.append(f"trials that span nodes keep the node's network: {tunnel_why}")
     seccomp_why = None
     try:
         seccomp.compiled_filter(DENIED_SYSCALLS)
@@ -206,6 +268,7 @@ def resolve_isolation(pids_per_rank: int) -> tuple[NodeIsolation, list[str]]:
     node = NodeIsolation(
         cgroups=cgroup_why is None,
         network=network_why is None,
+        cross_node=network_why is None and tunnel_why is None,
         seccomp=seccomp_why is None,
         pids_per_rank=pids_per_rank,
     )

@@ -31,7 +31,8 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from trainhub.adapters.ray_executor import warm_pool
+from trainhub.adapters.ray_executor import rank_host, warm_pool
+from trainhub.adapters.ray_executor.node_environments import RayNodeInstaller
 from trainhub.adapters.ray_executor.rank_worker import (
     EXITED,
     RUNNING,
@@ -41,7 +42,11 @@ from trainhub.adapters.ray_executor.rank_worker import (
     actor_name,
     checkpoint_dir,
 )
-from trainhub.adapters.ray_executor.trial_folders import discard_folder, freeze_folder
+from trainhub.adapters.ray_executor.trial_folders import (
+    discard_folder,
+    event_files,
+    freeze_folder,
+)
 from trainhub.core.errors import Conflict, TrainhubError
 from trainhub.core.isolation import RENDEZVOUS_SECRET_ENV, NodeIsolation, TrialResources
 from trainhub.core.resources import Node
@@ -52,6 +57,7 @@ from trainhub.service.ports import (
     AttemptStatus,
     RankPhase,
     RankStatus,
+    SessionEndpoint,
 )
 
 logger = logging.getLogger(__name__)
@@ -115,8 +121,18 @@ class RayExecutor:
         dataset_cache_dir: where nodes cache tenant datasets by content hash (default: the
             node work dir's ``datasets``); dataset_cache_gb: its size cap in GiB.
         denied: paths never mounted into a sandbox (the control plane's home, database, ...).
+        env_cache: where each node keeps the trial environments it installs itself (the same
+            path on every node, each its own; default the node work dir's ``envs``): see
+            :class:`~trainhub.adapters.ray_executor.node_environments.RayNodeInstaller`.
         isolation: the nodes' containment settings (cgroups, a network per trial, seccomp:
             core/isolation.py); applied to sandboxed ranks only.
+        warm_pool_size: idle processes with torch imported kept on each node (warm_pool.py);
+            used by unsandboxed ranks only.
+        hosted_ranks: CPU ranks placed on exact nodes run in the node's rank host
+            (rank_host.py) instead of an actor each: no Ray worker process to start per rank.
+        session_relay: ``auto`` reaches a session's server on this control plane's own Ray
+            node through its socket and on any other node through the relay of its rank
+            actor (ADR 0041); ``always`` uses the relay on every node.
     """
 
     def __init__(
@@ -136,11 +152,15 @@ class RayExecutor:
         dataset_cache_gb: float | None = None,
         isolation: NodeIsolation | None = None,
         warm_pool_size: int = 0,
+        hosted_ranks: bool = False,
+        env_cache: str | None = None,
+        session_relay: str = "auto",
     ) -> None:
         if sandbox not in ("bwrap", "none"):
             raise ValueError(f"sandbox must be 'bwrap' or 'none' (resolve 'auto' first): {sandbox}")
         self.sandbox = sandbox
         self._checkpoint_root = checkpoint_root
+        self._env_cache = env_cache
         self._data_dir = data_dir
         self._dataset_cache_dir = dataset_cache_dir
         self._dataset_cache_bytes = int(dataset_cache_gb * _GiB) if dataset_cache_gb else None
@@ -153,11 +173,20 @@ class RayExecutor:
         self._exact_placement = exact_placement
         self._node_work_dir = node_work_dir
         self._attempts: dict[str, _Attempt] = {}
+        # attempt key -> how its session server is reached (sessions; ADR 0041)
+        self._endpoints: dict[str, SessionEndpoint] = {}
+        if session_relay not in ("auto", "always"):
+            raise ValueError(f"session_relay must be 'auto' or 'always': {session_relay}")
+        self.session_relay = session_relay
         self._lock = threading.RLock()
         self._connection = connect(address, namespace)
         self.warm_pool_size = warm_pool_size if sandbox == "none" else 0
         self._warm_nodes: frozenset[str] = frozenset()
         self._ensure_warm_pools()
+        self.hosted_ranks = hosted_ranks
+        self._hosts: dict[str, tuple[Any, Any]] = {}  # node id -> (host, its ready() reference)
+        if hosted_ranks:
+            self._ensure_hosts()
 
     def _ensure_warm_pools(self) -> None:
         """A warm pool on every node (warm_pool.py); only a sandbox-free executor uses one."""
@@ -170,10 +199,45 @@ class RayExecutor:
         except Exception:  # the pool only speeds starts up: ranks start cold without it
             logger.exception("could not start the warm pools")
 
+    def _ensure_hosts(self) -> None:
+        """A rank host on every alive node (rank_host.py), created where missing; they start
+        in the background and serve once ready."""
+        alive = {n["NodeID"] for n in _ray_nodes() if n.get("Alive")}
+        self._hosts = {k: v for k, v in self._hosts.items() if k in alive}
+        for node_id in alive - set(self._hosts):
+            try:
+                host = rank_host.ensure_host(self.namespace, node_id)
+                self._hosts[node_id] = (host, host.ready.remote())
+            except Exception:  # hosts only speed starts up: ranks get actors without one
+                logger.exception("could not start the rank host of node %s", node_id)
+
+    def _ready_hosts(self, launch: AttemptLaunch, exact: bool) -> dict[str, Any] | None:
+        """The rank hosts that can run this attempt's ranks (one per node of its placement),
+        or None: it needs GPUs, has no exact placement, or a host is not ready yet."""
+        if not self.hosted_ranks or not exact or launch.gpus_per_worker:
+            return None
+        self._ensure_hosts()
+        hosts = {}
+        for node_id in set(launch.placement):
+            host, ready = self._hosts.get(node_id, (None, None))
+            if host is None:
+                return None
+            done, _ = ray.wait([ready], timeout=0)
+            if not done:
+                return None
+            try:
+                ray.get(done[0], timeout=0)
+            except ray.exceptions.RayError:  # died: look it up again next time
+                self._hosts.pop(node_id, None)
+                return None
+            hosts[node_id] = host
+        return hosts
+
     def _connected(self) -> None:
         connection = connect(self.address, self.namespace)
         if connection != self._connection:
             self._attempts.clear()
+            self._hosts.clear()
             self._connection = connection
 
     # --- cluster ---
@@ -210,6 +274,10 @@ class RayExecutor:
                 )
             return nodes
 
+    def node_installer(self) -> RayNodeInstaller:
+        """Installs trial environments on the nodes, into the caches the ranks look in."""
+        return RayNodeInstaller(self._connected, self._env_cache, self._node_work_dir)
+
     def node_addresses(self) -> list[str]:
         """The IP addresses of the cluster's live nodes (the failed-authentication limit
         never locks one out as a whole: every trial of a node shares its address)."""
@@ -239,6 +307,56 @@ class RayExecutor:
         """
         discard_folder(self._trial_folder(trial_id))
 
+    def trial_event_files(self, trial_id: int, max_bytes: int) -> dict[str, bytes]:
+        """TensorBoard event files the trial wrote in its checkpoint folder, where this host
+        reads it (the storage root's folder; none where it stays on a node: a bucket)."""
+        return event_files(self._trial_folder(trial_id), max_bytes)
+
+    # --- sessions (SessionEndpoints) ---
+
+    def _home(self, home_key: str) -> Path:
+        """A user's session home: beside the trials' folders under the storage root."""
+        parts = Path(home_key).parts
+        if not parts or any(p in ("..", "/") for p in parts):
+            raise ValueError(f"not a home key: {home_key!r}")
+        trials = checkpoint_dir(self._checkpoint_root, self._node_work_dir, self.namespace, 0)
+        return trials.parent.parent / "session-homes" / home_key
+
+    def session_endpoint(self, attempt_key: str) -> SessionEndpoint | None:
+        """How the control plane reaches the attempt's session server, as rank 0's actor says
+        (ADR 0041): its socket directly when the actor runs on this control plane's own Ray
+        node (and ``session_relay`` is ``auto``), else the relay the actor serves on its node's
+        address. None until the server made its socket, or while the actor does not answer."""
+        known = self._endpoints.get(attempt_key)
+        if known is not None:
+            return known
+        with self._lock:
+            self._connected()
+            actor = self._actor(attempt_key, 0, self._attempts.get(attempt_key))
+        if actor is None:
+            return None
+        try:
+            info = ray.get(actor.session_relay.remote(), timeout=max(2.0, self._poll_timeout_s * 4))
+        except Exception:  # the actor is gone or busy: the next request asks again
+            return None
+        if not info or not info.get("ready"):
+            return None
+        socket = str(info["socket"])
+        endpoint = SessionEndpoint(socket, (str(info["host"]), int(info["port"])), info["secret"])
+        here = self.session_relay == "auto" and info.get("node_id") == self._own_node_id()
+        if here and Path(socket).is_socket():  # this host: no hop through the relay
+            endpoint = SessionEndpoint(socket)
+        if len(self._endpoints) > 1024:
+            self._endpoints.clear()
+        self._endpoints[attempt_key] = endpoint
+        return endpoint
+
+    def _own_node_id(self) -> str | None:
+        try:
+            return str(ray.get_runtime_context().get_node_id())
+        except Exception:
+            return None
+
     # --- attempts ---
 
     def launch(self, launch: AttemptLaunch) -> None:
@@ -263,12 +381,13 @@ class RayExecutor:
                 bundle["GPU"] = launch.gpus_per_worker
             if launch.memory_gb_per_worker:
                 bundle["memory"] = int(launch.memory_gb_per_worker * _GiB)
+            selectors = self._label_selectors(launch)
             pg = placement_group(
                 [dict(bundle) for _ in range(world_size)],
                 strategy=_STRATEGIES.get(launch.strategy, "PACK"),
                 name=key,
                 lifetime="detached",  # outlives the control plane, like the actors in it
-                bundle_label_selector=self._label_selectors(launch),
+                bundle_label_selector=selectors,
             )
             attempt = _Attempt(pg=pg, world_size=world_size)
             # small archives travel inside the creation task (saves a fetch from the object
@@ -279,15 +398,18 @@ class RayExecutor:
                 launch, env={**launch.env, RENDEZVOUS_SECRET_ENV: secrets.token_hex(16)}
             )
             context: Any = archive if len(archive) <= _INLINE_ARCHIVE_BYTES else ray.put(archive)
+            hosts = self._ready_hosts(launch, exact=selectors is not None)
             try:
-                for rank in range(world_size):
-                    attempt.actors[rank] = self._create_rank_actor(
-                        launch, rank, world_size, pg, bundle, context
-                    )
+                if hosts is not None:
+                    attempt.actors = self._host_ranks(launch, world_size, hosts, context)
+                if not attempt.actors:
+                    for rank in range(world_size):
+                        attempt.actors[rank] = self._create_rank_actor(
+                            launch, rank, world_size, pg, bundle, context
+                        )
             except Exception as exc:
                 for actor in attempt.actors.values():
-                    with contextlib.suppress(Exception):
-                        ray.kill(actor, no_restart=True)
+                    _kill(actor)
                 with contextlib.suppress(Exception):
                     remove_placement_group(pg)
                 if isinstance(exc, ray.exceptions.ActorAlreadyExistsError):
@@ -295,16 +417,31 @@ class RayExecutor:
                 raise
             self._attempts[key] = attempt
 
-    def _create_rank_actor(
-        self,
-        launch: AttemptLaunch,
-        rank: int,
-        world_size: int,
-        pg: PlacementGroup,
-        bundle: Mapping[str, float],
-        context: Any,
-    ) -> Any:
-        spec = RankSpec(
+    def _host_ranks(
+        self, launch: AttemptLaunch, world_size: int, hosts: Mapping[str, Any], context: Any
+    ) -> dict[int, Any]:
+        """Hand every rank to the rank host of its node (rank_host.py); {} when one of them
+        cannot take it (the ranks then get actors of their own)."""
+        started: dict[int, Any] = {}
+        refs = []
+        for rank in range(world_size):
+            host = hosts[launch.placement[rank]]
+            spec = self._rank_spec(launch, rank, world_size, hosted=True)
+            refs.append(host.start.remote(spec, context))
+            started[rank] = rank_host.HostedRank(host, actor_name(launch.attempt_key, rank))
+        try:
+            ray.get(refs, timeout=10.0)
+        except Exception:
+            logger.exception("attempt %s: the rank hosts refused it", launch.attempt_key)
+            for handle in started.values():
+                handle.drop()
+            return {}
+        return started
+
+    def _rank_spec(
+        self, launch: AttemptLaunch, rank: int, world_size: int, *, hosted: bool = False
+    ) -> RankSpec:
+        return RankSpec(
             attempt_key=launch.attempt_key,
             namespace=self.namespace,
             rank=rank,
@@ -319,8 +456,11 @@ class RayExecutor:
             data_dir=self._data_dir,
             denied=self._denied,
             environment_dir=launch.environment_dir,
+            environment_key=launch.environment_key,
+            environment_cache=self._env_cache,
             dataset_cache_dir=self._dataset_cache_dir,
             dataset_cache_bytes=self._dataset_cache_bytes,
+            home_dir=str(self._home(launch.home_key)) if launch.home_key else None,
             resources=TrialResources(
                 cpus_per_worker=launch.cpus_per_worker,
                 memory_gb_per_worker=launch.memory_gb_per_worker,
@@ -329,7 +469,19 @@ class RayExecutor:
             if self.isolation is not None
             else None,
             isolation=self.isolation,
+            hosted=hosted,
         )
+
+    def _create_rank_actor(
+        self,
+        launch: AttemptLaunch,
+        rank: int,
+        world_size: int,
+        pg: PlacementGroup,
+        bundle: Mapping[str, float],
+        context: Any,
+    ) -> Any:
+        spec = self._rank_spec(launch, rank, world_size)
         return _RankWorkerActor.options(
             name=actor_name(launch.attempt_key, rank),
             namespace=self.namespace,
@@ -399,12 +551,12 @@ class RayExecutor:
                 # kill the process trees and delete the node-local files while the actors live
                 _wait_quietly([a.cleanup.remote() for a in actors], timeout_s=5.0)
             for actor in actors:
-                with contextlib.suppress(Exception):
-                    ray.kill(actor, no_restart=True)
+                _kill(actor)
             if attempt is not None:
                 with contextlib.suppress(Exception):
                     remove_placement_group(attempt.pg)
             self._attempts.pop(attempt_key, None)
+            self._endpoints.pop(attempt_key, None)
             # ray.kill is asynchronous: return once the names are free, so that poll says
             # UNKNOWN and live_attempts leaves the attempt out from now on
             deadline = time.monotonic() + 5.0
@@ -455,20 +607,56 @@ class RayExecutor:
     def _actor(self, attempt_key: str, rank: int, attempt: _Attempt | None) -> Any | None:
         if attempt is not None and rank in attempt.actors:
             return attempt.actors[rank]
+        name = actor_name(attempt_key, rank)
         try:
-            actor = ray.get_actor(actor_name(attempt_key, rank), namespace=self.namespace)
+            actor: Any = ray.get_actor(name, namespace=self.namespace)
         except ValueError:  # no such name: never created, or dead (a dead actor frees its name)
-            return None
+            actor = self._hosted(name)
+            if actor is None:
+                return None
         if attempt is not None:
             attempt.actors[rank] = actor
         return actor
 
-    def _named_actors(self) -> list[dict[str, str]]:
-        found = []
+    def _host_actors(self) -> list[Any]:
+        """The rank hosts of this namespace (also those a previous control plane started)."""
+        hosts = []
         for entry in ray.util.list_named_actors(all_namespaces=True):
-            if entry.get("namespace") != self.namespace:
-                continue
-            match = _ACTOR_NAME.match(entry.get("name", ""))
+            if entry.get("namespace") == self.namespace and entry.get("name", "").startswith(
+                rank_host.HOST_PREFIX
+            ):
+                with contextlib.suppress(ValueError):
+                    hosts.append(ray.get_actor(entry["name"], namespace=self.namespace))
+        return hosts
+
+    def _hosted_names(self) -> list[tuple[Any, list[str]]]:
+        """Every rank host with the names of the ranks it runs (hosts that answer)."""
+        hosts = self._host_actors()
+        refs = [h.names.remote() for h in hosts]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=5.0)
+        found = []
+        for host, ref in zip(hosts, refs, strict=True):
+            with contextlib.suppress(ray.exceptions.RayError):
+                found.append((host, list(ray.get(ref, timeout=0))))
+        return found
+
+    def _hosted(self, name: str) -> rank_host.HostedRank | None:
+        for host, names in self._hosted_names():
+            if name in names:
+                return rank_host.HostedRank(host, name)
+        return None
+
+    def _named_actors(self) -> list[dict[str, str]]:
+        names = [
+            entry.get("name", "")
+            for entry in ray.util.list_named_actors(all_namespaces=True)
+            if entry.get("namespace") == self.namespace
+        ]
+        names += [name for _, hosted in self._hosted_names() for name in hosted]
+        found = []
+        for name in names:
+            match = _ACTOR_NAME.match(name)
             if match:
                 found.append({"key": match["key"], "rank": match["rank"]})
         return found
@@ -521,6 +709,8 @@ class RayExecutor:
             getattr(report, "log_size", None),  # an actor of an older version has neither
             tuple(getattr(report, "disk", ())),
             getattr(report, "detail", ""),
+            getattr(report, "network", None),
+            getattr(report, "hooks_wire_bytes", None),
         )
 
 
@@ -586,6 +776,15 @@ def _aggregate(
     details = [f"rank {r} lost: {lost_reasons.get(r, 'actor or node died')}" for r in lost]
     details.extend(r.detail or f"rank {r.rank} exited with code {r.exit_code}" for r in failed)
     return AttemptStatus(attempt_key, phase, tuple(ranks), "; ".join(details))
+
+
+def _kill(actor: Any) -> None:
+    """End a rank actor (``ray.kill``), or forget a hosted rank on its host."""
+    if isinstance(actor, rank_host.HostedRank):
+        actor.drop()
+        return
+    with contextlib.suppress(Exception):
+        ray.kill(actor, no_restart=True)
 
 
 def _first_sentence(exc: BaseException) -> str:

@@ -35,6 +35,15 @@ from trainhub.core.errors import TrainhubError
 RECORD_NAME = "ray_head.json"
 START_LOG_NAME = "ray_start.log"
 _START_TIMEOUT_S = 90.0
+# a lean head, for the test suite: no autoscaler monitor (its nodes are fixed), no log monitor
+# (trainhub's drivers connect with log_to_driver=False and read rank logs themselves), and no
+# Python workers prestarted when the first driver connects (one per CPU, each importing Ray,
+# most never used: ranks run in actors); each is a process importing Ray on every head
+_LEAN_ARGS = ("--no-monitor", "--include-log-monitor=false")
+_LEAN_ENV = {"RAY_prestart_worker_first_driver": "0"}
+START_ATTEMPTS = 2
+# what ``ray start`` prints when its node did not come up in time (a loaded machine)
+_START_TIMEOUT_SIGNS = ("timed out during startup", "The node registration")
 _STOP_GRACE_S = 2.0  # raylet and gcs_server often ignore SIGTERM for longer
 
 
@@ -56,6 +65,9 @@ def ensure_local_ray(
     state_dir: Path,
     num_cpus: int | None = None,
     num_gpus: int | None = None,
+    *,
+    lean: bool = False,
+    start_timeout_s: float = _START_TIMEOUT_S,
 ) -> str:
     """Return the address of the local Ray head of ``state_dir``, starting one if needed.
 
@@ -66,6 +78,8 @@ def ensure_local_ray(
     Ray 2.60 cannot keep a head on the loopback interface (``--node-ip-address=127.0.0.1`` is
     replaced by the machine's address and GCS/raylet listen on every interface): token
     authentication is what guards its ports (see docs/adr/0007-sandboxed-ranks.md).
+    ``lean`` starts fewer of Ray's own processes (``_LEAN_ARGS``: the test suite's heads);
+    ``start_timeout_s`` bounds ``ray start`` (a loaded machine needs more than the default).
     """
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -76,7 +90,7 @@ def ensure_local_ray(
             if head_answers(record):
                 return record.address
             _kill_head_processes(record)
-        record = _start_head(state_dir, num_cpus, num_gpus)
+        record = _start_head(state_dir, num_cpus, num_gpus, lean, start_timeout_s)
         _write_record(state_dir, record)
         return record.address
 
@@ -119,7 +133,47 @@ def head_answers(record: HeadRecord) -> bool:
 # --- starting ---
 
 
-def _start_head(state_dir: Path, num_cpus: int | None, num_gpus: int | None) -> HeadRecord:
+def _start_head(
+    state_dir: Path, num_cpus: int | None, num_gpus: int | None, lean: bool, timeout_s: float
+) -> HeadRecord:
+    """``ray start --head``, once more after a start that timed out (a raylet whose agents
+    were slow to come up on a loaded machine aborts, and Ray then says "The current node timed
+    out during startup": a second start, on a machine no busier, usually succeeds)."""
+    for attempt in range(START_ATTEMPTS):
+        try:
+            return _start_head_once(state_dir, num_cpus, num_gpus, lean, timeout_s)
+        except LocalRayError as exc:
+            if attempt + 1 == START_ATTEMPTS or not _start_timed_out(str(exc)):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_timed_out(output: str) -> bool:
+    return any(sign in output for sign in _START_TIMEOUT_SIGNS)
+
+
+@contextlib.contextmanager
+def one_ray_start_at_a_time() -> Iterator[None]:
+    """Held around ``ray start`` (a head or a node): one starts at a time on a machine.
+
+    A raylet aborts when its dashboard agent (a Python process) has not opened its port about
+    15 s after it started, which nodes started side by side on a small machine miss; neither
+    ``RAY_raylet_start_wait_time_s`` nor ``RAY_agent_register_timeout_ms`` moves that limit
+    (Ray 2.60). Each start under the lock is bounded by its own timeout."""
+    # the machine's /tmp, whatever TMPDIR a caller was given (the lock is the machine's)
+    folder = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
+    path = folder / f"trainhub-ray-start-{os.geteuid()}.lock"
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _start_head_once(
+    state_dir: Path, num_cpus: int | None, num_gpus: int | None, lean: bool, timeout_s: float
+) -> HeadRecord:
     temp_dir = _temp_dir_for(state_dir)
     shutil.rmtree(temp_dir, ignore_errors=True)
     temp_dir.mkdir(parents=True, mode=0o700)
@@ -133,11 +187,12 @@ def _start_head(state_dir: Path, num_cpus: int | None, num_gpus: int | None) -> 
     env.setdefault("RAY_enable_metrics_collection", "0")
     env.setdefault("TRAINHUB_NODE_WORK_DIR", str(state_dir / "work"))
     env.pop("RAY_ADDRESS", None)
+    port = _free_port()
     command = [
         *_ray_cli(),
         "start",
         "--head",
-        f"--port={_free_port()}",
+        f"--port={port}",
         f"--ray-client-server-port={_free_port()}",
         f"--dashboard-port={_free_port()}",
         "--dashboard-agent-listen-port=0",
@@ -149,8 +204,14 @@ def _start_head(state_dir: Path, num_cpus: int | None, num_gpus: int | None) -> 
         command.append(f"--num-cpus={num_cpus}")
     if num_gpus is not None:
         command.append(f"--num-gpus={num_gpus}")
+    if lean:
+        command += _LEAN_ARGS
+        env.update(_LEAN_ENV)
+    # what a failed start left: the processes naming its temp dir, and Ray's client server,
+    # which names only the GCS address (``--address=IP:PORT``)
+    leftovers = HeadRecord(f":{port}", str(temp_dir), 0.0)
     log_path = state_dir / START_LOG_NAME
-    with log_path.open("wb") as log:
+    with log_path.open("wb") as log, one_ray_start_at_a_time():
         try:
             # a new session: the head must not get the control plane's Ctrl-C or SIGHUP
             result = subprocess.run(
@@ -160,20 +221,20 @@ def _start_head(state_dir: Path, num_cpus: int | None, num_gpus: int | None) -> 
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                timeout=_START_TIMEOUT_S,
+                timeout=timeout_s,
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            _kill_head_processes(HeadRecord("", str(temp_dir), 0.0))
+            _kill_head_processes(leftovers)
             raise LocalRayError(f"`ray start --head` failed: {exc}", hint=str(log_path)) from exc
-    address_file = temp_dir / "ray_current_cluster"
-    if result.returncode != 0 or not address_file.exists():
-        _kill_head_processes(HeadRecord("", str(temp_dir), 0.0))
-        tail = log_path.read_text(errors="replace")[-2000:]
-        raise LocalRayError(
-            f"`ray start --head` exited with code {result.returncode}: {tail}",
-            hint=f"full output in {log_path}",
-        )
+        address_file = temp_dir / "ray_current_cluster"
+        if result.returncode != 0 or not address_file.exists():
+            _kill_head_processes(leftovers)
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise LocalRayError(
+                f"`ray start --head` exited with code {result.returncode}: {tail}",
+                hint=f"full output in {log_path}",
+            )
     from trainhub.adapters.host_files import HostFiles
 
     HostFiles([temp_dir]).check()  # Ray made its folders 0777; the loop checks them again
@@ -234,9 +295,11 @@ def _write_record(state_dir: Path, record: HeadRecord) -> None:
 
 
 def _head_processes(record: HeadRecord, with_descendants: bool) -> list[psutil.Process]:
-    """The processes of this head only: their command lines name its temp dir or address."""
+    """The processes of this head only: their command lines name its temp dir or address (an
+    address of ``:PORT``, a head whose IP is not known yet: any IP with that GCS port)."""
     temp_dir = record.temp_dir.rstrip("/")
     exact = {f"--address={record.address}", f"--gcs-address={record.address}"}
+    port_only = record.address if record.address.startswith(":") else None
     mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
     found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter(["cmdline"]):
@@ -244,7 +307,15 @@ def _head_processes(record: HeadRecord, with_descendants: bool) -> list[psutil.P
         if proc.pid in mine:
             continue
         if any(
-            f"{temp_dir}/" in arg or arg.endswith(f"={temp_dir}") or arg in exact for arg in args
+            f"{temp_dir}/" in arg
+            or arg.endswith(f"={temp_dir}")
+            or arg in exact
+            or (
+                port_only
+                and arg.startswith(("--address=", "--gcs-address="))
+                and arg.endswith(port_only)
+            )
+            for arg in args
         ):
             found[proc.pid] = proc
     if with_descendants:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import io
 import json
 import os
@@ -33,7 +34,7 @@ from typing import Any
 import psutil
 import ray
 
-from trainhub.adapters import sandbox
+from trainhub.adapters import sandbox, session_relay, trial_traffic
 from trainhub.adapters.dataset_cache import DatasetCache
 from trainhub.adapters.ray_executor import warm_pool
 from trainhub.adapters.ray_executor.containment import Containment
@@ -49,7 +50,10 @@ from trainhub.adapters.ray_executor.node_datasets import (
 )
 from trainhub.adapters.ray_executor.trial_uids import trial_uid
 from trainhub.core import limits
+from trainhub.core.federated_spec import BUILTIN_PARTITION_MOUNT, FEDERATED_ENV, PARTITION_ENV
 from trainhub.core.isolation import NodeIsolation, TrialResources
+from trainhub.core.traffic import NamespaceSample
+from trainhub.core.verdicts import EXIT_CLIENT_NEVER_JOINED
 
 ENV_NODE_WORK_DIR = "TRAINHUB_NODE_WORK_DIR"  # set on a node to choose where attempts unpack
 SPOOL_ENV = "TRAINHUB_SPOOL_DIR"  # the same name as trainhub.runtime.protocol.ENV_SPOOL_DIR
@@ -60,6 +64,8 @@ DATA_ENV = "TRAINHUB_DATA_DIR"  # the datasets folder (read-only), as trainhub.d
 SPOOL_TARGET = f"{sandbox.TRIAL_ROOT}/spool"
 LOG_NAME = "output.log"
 STARTUP_ENV = "TRAINHUB_STARTUP_MARKS"  # trainhub.runtime.protocol.ENV_STARTUP_MARKS
+SESSION_KIND_ENV = "TRAINHUB_SESSION_KIND"  # trainhub.runtime.protocol.ENV_SESSION_KIND
+SESSION_SOCKET_NAME = "session.sock"  # trainhub.runtime.protocol.SESSION_SOCKET_NAME
 
 # lifecycle of the rank inside the actor; the executor maps them onto RankPhase
 WAITING = "waiting"  # constructor ran, start thread not yet past rendezvous and unpacking
@@ -117,11 +123,17 @@ class RankSpec:
     data_dir: str | None = None  # datasets, mounted read-only
     denied: tuple[str, ...] = ()  # paths never mounted into a sandbox (control plane state)
     environment_dir: str | None = None  # the trial's venv over the base (read-only; ADR 0026)
+    # with no environment_dir: the venv's key in this node's own cache (ADR 0034), and that
+    # cache's folder when configured (default: the node work dir's ``envs``)
+    environment_key: str | None = None
+    environment_cache: str | None = None
     dataset_cache_dir: str | None = None  # the node's dataset cache (default: work dir/datasets)
     dataset_cache_bytes: int | None = None  # its size cap (least recently used go first)
     # what the rank's isolation profile is computed from (core/isolation.py), sandboxed ranks
     resources: TrialResources | None = None
     isolation: NodeIsolation | None = None
+    hosted: bool = False  # run by the node's rank host, not an actor of its own (rank_host.py)
+    home_dir: str | None = None  # a session's persistent home (else a fresh one per rank)
 
 
 @dataclass(frozen=True)
@@ -138,6 +150,10 @@ class RankReport:
     detail: str = ""
     log_size: int | None = None  # bytes of the rank's whole output on the node
     disk: tuple[tuple[str, int], ...] = ()  # the trial's folders this rank sees, measured
+    # the trial's namespace's counters on this node, and the bytes this rank's communication
+    # hooks counted (docs/adr/0045); None: not measured
+    network: NamespaceSample | None = None
+    hooks_wire_bytes: int | None = None
 
 
 class RankWorker:
@@ -167,18 +183,26 @@ class RankWorker:
         self._log_path = self._rank_dir / LOG_NAME
         self._log_path.touch()
         self._datasets: list[PreparedMount] = []
+        # a federated client's own partition: (its folder on the node, where the rank sees it);
+        # the federation's data set itself is mounted into no rank (federated_partition.py)
+        self._partition: tuple[Path, str] | None = None
+        self._hidden_mounts: set[str] = set()
         self._cache: DatasetCache | None = None
         # what the trial writes here counts against its storage quotas (disk_usage.py)
         checkpoints = checkpoint_dir(
             spec.checkpoint_root, spec.node_work_dir, spec.namespace, spec.trial_id
         )
+        measured = [str(self._rank_dir), str(root / "spool"), str(checkpoints)]
+        if spec.home_dir:  # a session's home counts against the quotas too
+            measured.append(spec.home_dir)
         self._disk = DiskMeter(
-            [str(self._rank_dir), str(root / "spool"), str(checkpoints)],
+            measured,
             limits.DISK_MEASURE_INTERVAL_S,
             limits.MAX_DISK_MEASURE_ENTRIES,
         )
         self._measured_at_exit = False
         self._containment: Containment | None = None  # cgroup, network, seccomp (sandboxed)
+        self._relay: session_relay.RelayServer | None = None  # a session's, for other hosts
         # The thread that forks the user's process must outlive it: PR_SET_PDEATHSIG fires when
         # the forking *thread* ends. It therefore waits for the process too.
         self._thread = threading.Thread(
@@ -192,11 +216,41 @@ class RankWorker:
         """Rank 0's rendezvous address for torch.distributed (MASTER_ADDR, MASTER_PORT)."""
         return self._node_ip, self._master_port
 
+    def spool_dir(self) -> str:
+        """The attempt's spool folder on this node (a session's server socket is there)."""
+        return str(self._attempt_dir / "spool")
+
+    def session_relay(self) -> dict[str, Any] | None:
+        """Where a session's server is reached from other hosts (ADR 0041): the address of a
+        relay this actor serves on the node's cluster address, started on the first call, and
+        its secret (made here, never in the rank's environment); with the node's id, the
+        socket's path and whether the server listens there yet. None: not a session."""
+        if SESSION_KIND_ENV not in self._spec.env or self._spec.rank != 0:
+            return None
+        socket_path = self._attempt_dir / "spool" / SESSION_SOCKET_NAME
+        with self._lock:
+            if self._stopping:
+                return None
+            if self._relay is None:
+                self._relay = session_relay.RelayServer(
+                    self._node_ip, str(socket_path), session_relay.new_secret()
+                )
+            relay = self._relay
+        return {
+            "node_id": self._node_id,
+            "socket": str(socket_path),
+            "ready": socket_path.is_socket(),
+            "host": relay.address[0],
+            "port": relay.address[1],
+            "secret": relay.secret,
+        }
+
     def gpu_ids(self) -> list[str]:
         """The GPU ids Ray gave this rank (siblings on its node build CUDA_VISIBLE_DEVICES)."""
         return list(self._gpu_ids)
 
     def status(self, log_offset: int, max_log_bytes: int) -> RankReport:
+        spec_rank = self._spec.rank
         with self._lock:
             phase, code, detail = self._phase, self._exit_code, self._detail
             pid = self._proc.pid if self._proc is not None else None
@@ -220,6 +274,8 @@ class RankWorker:
             detail=detail,
             log_size=log_size,
             disk=tuple(sorted(self._disk.latest().items())),
+            network=self._containment.traffic() if self._containment is not None else None,
+            hooks_wire_bytes=trial_traffic.read_hooks(self._attempt_dir / "spool", spec_rank),
         )
 
     def terminate(self, grace_s: float) -> None:
@@ -239,6 +295,10 @@ class RankWorker:
         with self._lock:
             self._stopping = True
         self._disk.stop()
+        with self._lock:
+            relay, self._relay = self._relay, None
+        if relay is not None:
+            relay.close()
         self._signal_tree(signal.SIGKILL)
         self._thread.join(timeout=2.0)
         shutil.rmtree(self._rank_dir, ignore_errors=True)
@@ -260,7 +320,9 @@ class RankWorker:
         try:
             code_dir = self._rank_dir / "code"
             _unpack(context_archive, code_dir)
+            self._find_environment()
             self._prepare_datasets()
+            self._prepare_partition()
             argv, env, cwd = self._command(code_dir)
             launched = env.get(STARTUP_ENV)
             env[STARTUP_ENV] = startup_marks(launched, self._actor_at)
@@ -301,11 +363,24 @@ class RankWorker:
             log.close()
         code = self._proc.wait()
         why = self._containment.exit_reason(spec.rank) if self._containment else None
+        if code == EXIT_CLIENT_NEVER_JOINED and not why:  # the client's own last words
+            why = _last_line(self._log_path)
         with self._lock:
             self._phase, self._exit_code = EXITED, code
             if why and code != 0:
                 self._finish_locked(code, why)
         self._after_exit(code)
+
+    def _find_environment(self) -> None:
+        """The trial's environment in this node's own cache, when the control plane names it
+        by key (it had it installed here before placing the trial: node_environments.py)."""
+        spec = self._spec
+        if spec.environment_dir or not spec.environment_key:
+            return
+        from trainhub.adapters.ray_executor.node_environments import installed_path
+
+        path = installed_path(spec.environment_cache, spec.node_work_dir, spec.environment_key)
+        self._spec = dataclasses.replace(spec, environment_dir=path)
 
     def _prepare_datasets(self) -> None:
         """The trial's datasets present in the node's cache (fetched once per node)."""
@@ -318,6 +393,32 @@ class RankWorker:
         with self._log_path.open("ab") as log:
             for line in describe(self._datasets):
                 log.write(f"[trainhub] {line}\n".encode())
+
+    def _prepare_partition(self) -> None:
+        """A federated client's share of the data set, written for it alone; the server and
+        the clients never see the whole set (ADR 0044)."""
+        raw = self._spec.env.get(FEDERATED_ENV)
+        if not raw:
+            return
+        federated = json.loads(raw)
+        source_mount = federated.get("source_mount")
+        if source_mount:
+            self._hidden_mounts.add(source_mount)
+        if self._spec.rank == 0:
+            return  # the server
+        from trainhub.adapters.federated_partition import materialise
+
+        source = next((m for m in self._datasets if m.mount == source_mount), None)
+        client = self._spec.rank - 1
+        folder = self._rank_dir / "partition"
+        held = materialise(federated, client, source.held.path if source else None, folder)
+        self._partition = (folder, source_mount or BUILTIN_PARTITION_MOUNT)
+        with self._log_path.open("ab") as log:
+            total = sum(held.values())
+            log.write(
+                f"[trainhub] federated client {client}: {total} samples of "
+                f"{federated['partition']['dataset']} (labels {held})\n".encode()
+            )
 
     def _start_warm(
         self, argv: list[str], env: dict[str, str], cwd: Path, launched: str | None
@@ -343,7 +444,7 @@ class RankWorker:
         spec = self._spec
         nodes = self._rank_nodes()
         spool = self._attempt_dir / "spool"
-        home = self._rank_dir / "home"
+        home = Path(spec.home_dir) if spec.home_dir else self._rank_dir / "home"
         checkpoints = checkpoint_dir(
             spec.checkpoint_root, spec.node_work_dir, spec.namespace, spec.trial_id
         )
@@ -385,8 +486,13 @@ class RankWorker:
             computed.update(sandbox.environment_variables(spec.environment_dir, computed))
         if spec.data_dir:
             computed[DATA_ENV] = spec.data_dir
-        if self._datasets:  # where each dataset is: its mount path in a sandbox
-            where = host_mounts(self._datasets)
+        visible = [m for m in self._datasets if m.mount not in self._hidden_mounts]
+        where = host_mounts(visible)
+        if self._partition is not None:
+            folder, at = self._partition
+            where[at] = str(folder)
+            computed[PARTITION_ENV] = at if sandboxed else str(folder)
+        if where:  # where each dataset is: its mount path in a sandbox
             computed[MOUNTS_ENV] = json.dumps({m: m for m in where} if sandboxed else where)
         env = sandbox.rank_environment(launch=spec.env, node=os.environ, computed=computed)
         if not sandboxed:
@@ -409,7 +515,9 @@ class RankWorker:
             mounts.append(sandbox.Mount(spec.data_dir, spec.data_dir))
         if spec.environment_dir:  # read-only: written by the platform only, never by a trial
             mounts.append(sandbox.Mount(spec.environment_dir, spec.environment_dir))
-        mounts += [sandbox.Mount(str(m.held.path), m.mount) for m in self._datasets]
+        mounts += [sandbox.Mount(str(m.held.path), m.mount) for m in visible]
+        if self._partition is not None:  # read-only, this client's share alone
+            mounts.append(sandbox.Mount(str(self._partition[0]), self._partition[1]))
         mounts += [
             sandbox.Mount(str(code_dir), paths["code"]),
             sandbox.Mount(str(spool), paths["spool"], writable=True),
@@ -421,12 +529,14 @@ class RankWorker:
         if spec.resources is not None and spec.isolation is not None:
             self._containment = Containment.prepare(
                 self._attempt_id(),
-                ray.get_runtime_context().get_actor_id() or f"{os.getpid()}",
+                self._rank_id(),
                 spec.rank,
                 spec.resources,
                 spec.isolation,
                 num_nodes=len(set(nodes)),
                 env=env,
+                node_ips=_node_ips(nodes),
+                node_ip=self._node_ip,
             )
             plan = self._containment.sandbox_plan(plan)
         return sandbox.bwrap_argv(bwrap, plan, spec.argv), env, code_dir
@@ -468,29 +578,57 @@ class RankWorker:
         return gpu_view(self._spec.rank, nodes, ids).cuda_visible_devices
 
     def _sibling(self, rank: int, timeout_s: float = 300.0) -> Any:
-        """Another rank's actor; the executor may still be creating it."""
+        """Another rank's actor (or hosted rank); the executor may still be creating it."""
         spec = self._spec
         deadline = time.monotonic() + timeout_s
         while True:
-            try:
-                return ray.get_actor(actor_name(spec.attempt_key, rank), namespace=spec.namespace)
-            except ValueError:
-                if time.monotonic() > deadline or self._stopping:
-                    raise
-                time.sleep(0.05)
+            found = self._find_sibling(rank)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline or self._stopping:
+                raise ValueError(f"rank {rank} of {spec.attempt_key} is not on the cluster")
+            time.sleep(0.05)
+
+    def _find_sibling(self, rank: int) -> Any | None:
+        spec = self._spec
+        name = actor_name(spec.attempt_key, rank)
+        if spec.hosted:  # on the rank host of the node its bundle was placed on
+            from trainhub.adapters.ray_executor.rank_host import HostedRank, find_host
+
+            host = find_host(spec.namespace, self._rank_nodes()[rank])
+            return HostedRank(host, name) if host is not None else None
+        try:
+            return ray.get_actor(name, namespace=spec.namespace)
+        except ValueError:
+            return None
+
+    def _placement_group(self) -> Any | None:
+        """The attempt's placement group (a hosted rank runs outside it: found by name)."""
+        from ray.util.placement_group import get_current_placement_group, get_placement_group
+
+        if not self._spec.hosted:
+            return get_current_placement_group()
+        try:
+            return get_placement_group(self._spec.attempt_key)
+        except ValueError:
+            return None
 
     def _attempt_id(self) -> str:
         """Unique on the node: the placement group's id (ranks of one attempt share it)."""
-        from ray.util.placement_group import get_current_placement_group
-
-        pg = get_current_placement_group()
+        pg = self._placement_group()
         return pg.id.hex() if pg is not None else f"{self._spec.attempt_key}-{os.getpid()}"
+
+    def _rank_id(self) -> str:
+        """Unique on the node: the actor's id (a hosted rank shares its host's: the
+        attempt's and the rank's number then)."""
+        actor = ray.get_runtime_context().get_actor_id() or f"{os.getpid()}"
+        return f"{actor}-{self._attempt_id()}-{self._spec.rank}" if self._spec.hosted else actor
 
     def _rank_nodes(self) -> list[str]:
         """The node id of every rank of the attempt (rank i runs in bundle i)."""
-        from ray.util.placement_group import get_current_placement_group, placement_group_table
+        from ray.util.placement_group import placement_group_table
 
-        pg = get_current_placement_group()
+        pg = self._placement_group()
         if pg is None:
             return [self._node_id] * self._spec.world_size
         table = placement_group_table(pg)["bundles_to_node_id"]
@@ -502,10 +640,9 @@ class RankWorker:
             if rank == spec.rank:
                 continue
             with contextlib.suppress(Exception):
-                sibling = ray.get_actor(
-                    actor_name(spec.attempt_key, rank), namespace=spec.namespace
-                )
-                sibling.terminate.remote(grace_s)
+                sibling = self._find_sibling(rank)
+                if sibling is not None:
+                    sibling.terminate.remote(grace_s)
 
     def _finish(self, exit_code: int, message: str) -> None:
         with self._lock:
@@ -561,6 +698,16 @@ def startup_marks(launched: str | None, actor_at: float, **extra: object) -> str
     return json.dumps(marks)
 
 
+def _last_line(path: Path, tail_bytes: int = 4096) -> str:
+    """The last non-empty line of a rank's log (at most 300 characters)."""
+    with contextlib.suppress(OSError), path.open("rb") as log:
+        log.seek(max(0, path.stat().st_size - tail_bytes))
+        lines = [x.strip() for x in log.read().decode(errors="replace").splitlines()]
+        lines = [x for x in lines if x]
+        return lines[-1][:300] if lines else ""
+    return ""
+
+
 def _unpack(archive: bytes, target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     if not archive:
@@ -590,6 +737,16 @@ def _die_with_parent(parent_pid: int) -> None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:  # the actor died between fork and prctl
         os._exit(137)
+
+
+def _node_ips(nodes: list[str]) -> tuple[str, ...]:
+    """The addresses of a trial's nodes (``nodes``: each rank's node id), first rank's first."""
+    order = list(dict.fromkeys(nodes))
+    if len(order) < 2:
+        return ()
+    alive = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    address = {n["NodeID"]: n["NodeManagerAddress"] for n in alive}
+    return tuple(address[node] for node in order)
 
 
 def _free_port() -> int:

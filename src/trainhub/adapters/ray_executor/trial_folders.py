@@ -24,6 +24,32 @@ def freeze_folder(root: Path) -> None:
                     os.chmod(path, mode)
 
 
+EVENT_FILE_MARK = ".tfevents."  # TensorBoard's names: events.out.tfevents.<time>.<host>...
+
+
+def event_files(root: Path, max_bytes: int) -> dict[str, bytes]:
+    """TensorBoard event files under ``root`` (``{path relative to root: bytes}``), newest
+    first until ``max_bytes``; links are not followed (a trial's folder is the trial's)."""
+    found = []
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(folder) / name
+            if EVENT_FILE_MARK not in name or path.is_symlink():
+                continue
+            with contextlib.suppress(OSError):
+                stat = path.stat()
+                found.append((stat.st_mtime, stat.st_size, path))
+    out: dict[str, bytes] = {}
+    total = 0
+    for _, size, path in sorted(found, reverse=True):
+        if total + size > max_bytes:
+            continue
+        with contextlib.suppress(OSError):
+            out[str(path.relative_to(root))] = path.read_bytes()
+            total += size
+    return out
+
+
 def discard_folder(root: Path) -> None:
     """Remove the folder, frozen or not."""
     if not root.exists():

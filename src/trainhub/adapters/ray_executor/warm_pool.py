@@ -15,6 +15,12 @@ when :func:`cold_reason` finds nothing against it, and starts the rank cold othe
 The pool's size (``warm_pool_size``, per node) is how many forked, idle processes the zygote
 keeps ready; 0 runs no zygote (and stops the pools an earlier control plane started).
 
+A warm rank's ``/proc/PID/environ`` is the zygote's (a forked process cannot rewrite it), so
+the zygote registers each rank it hands out (:func:`register_rank`: its pid, which is also its
+session, with the variables node monitoring and tests look processes up by) in a folder of the
+node (:func:`registry_dir`), and removes the entry when the rank ends;
+:func:`warm_rank_environment` finds the entry of any process of that rank's session.
+
 This module is imported inside Ray worker processes: standard library and ray only.
 """
 
@@ -29,6 +35,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,6 +44,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 SOCKET_NAME = "warm-pool.sock"
+# what a warm rank's registry entry holds: what finds a trial's processes on a node
+REGISTERED = ("TRAINHUB_TRIAL_ID", "RANK", "TRAINHUB_API_URL")
 ACTOR_PREFIX = "warm-pool-"
 _CONNECT_TIMEOUT_S = 2.0
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
@@ -45,6 +54,69 @@ _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
 def socket_path(attempts_root: Path) -> Path:
     """Where the zygote of a node listens: beside the attempts of its namespace."""
     return attempts_root / SOCKET_NAME
+
+
+def registry_dir() -> Path:
+    """Where the zygotes of this node's user register their ranks (one folder per node and
+    user, whatever the control plane's work dir: the node's monitor reads it)."""
+    return Path(tempfile.gettempdir()) / f"trainhub-warm-ranks-{os.getuid()}"
+
+
+def register_rank(pid: int, env: Mapping[str, str]) -> None:
+    """Record that the warm process ``pid`` (a session leader) is now this rank."""
+    folder = registry_dir()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    entry = {k: env[k] for k in REGISTERED if k in env}
+    temporary = folder / f".{pid}.tmp"
+    temporary.write_text(json.dumps(entry))
+    os.replace(temporary, folder / str(pid))
+
+
+def unregister_rank(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        (registry_dir() / str(pid)).unlink()
+
+
+def registered_ranks() -> dict[int, dict[str, str]]:
+    """The warm ranks alive on this node: session (the rank's pid) -> its variables.
+
+    An entry whose pid now names a process started after the entry was written (the rank
+    died with its zygote, and the pid was reused) is left out."""
+    import psutil
+
+    found: dict[int, dict[str, str]] = {}
+    try:
+        entries = list(os.scandir(registry_dir()))
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            written = entry.stat().st_mtime
+            variables = json.loads(Path(entry.path).read_text())
+            alive = psutil.Process(pid).create_time() <= written + 1.0
+        except (OSError, ValueError, psutil.Error):
+            continue
+        if alive and isinstance(variables, dict):
+            found[pid] = {str(k): str(v) for k, v in variables.items()}
+    return found
+
+
+def warm_rank_environment(
+    pid: int, ranks: Mapping[int, Mapping[str, str]] | None = None
+) -> Mapping[str, str] | None:
+    """The registered variables of the warm rank that process ``pid`` belongs to (the rank
+    itself or anything it forked: they share its session), or None."""
+    ranks = registered_ranks() if ranks is None else ranks
+    if not ranks:
+        return None
+    try:
+        session = os.getsid(pid)
+    except OSError:
+        return None
+    return ranks.get(session)
 
 
 def cold_reason(argv: Sequence[str], sandbox_mode: str, environment_dir: str | None) -> str | None:

@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainhub.adapters.ray_executor.warm_pool import register_rank, unregister_rank
+
 _MAX_REQUEST_BYTES = 4 << 20  # argv + environment of one rank
 
 
@@ -109,6 +111,7 @@ class _Zygote:
             code = os.waitstatus_to_exitcode(status)
             conn = self.ranks.pop(pid, None)
             if conn is not None:
+                unregister_rank(pid)
                 self.selector.unregister(conn)
                 with contextlib.suppress(OSError):
                     _send(conn, {"exit": code})
@@ -235,6 +238,7 @@ def _become_rank(assignment: dict[str, Any]) -> int:
     os.close(log)
     os.close(devnull)
     env: dict[str, str] = assignment["env"]
+    register_rank(os.getpid(), env)  # node monitoring finds the rank's processes by this
     marks = _with_process_mark(env.get(assignment.get("marks_env", ""), ""))
     if marks is not None:
         env[assignment["marks_env"]] = marks

@@ -8,6 +8,7 @@ Large blobs move in chunks (:meth:`LocalArtifactStore.open_writer`,
 
 from __future__ import annotations
 
+import builtins
 import os
 import shutil
 import tempfile
@@ -17,7 +18,7 @@ from typing import BinaryIO
 
 from trainhub.adapters.storage.keys import check_key, check_prefix
 from trainhub.core.errors import InvalidRequest, NotFound
-from trainhub.service.ports import BlobInfo
+from trainhub.service.ports import BlobInfo, UnfinishedUpload
 
 CHUNK_BYTES = 1 << 20
 
@@ -166,6 +167,32 @@ class LocalArtifactStore:
                 if key.startswith(prefix):
                     found.append(BlobInfo(key, path.stat().st_size))
         return sorted(found, key=lambda b: b.key)
+
+    def list_unfinished(self, prefix: str) -> builtins.list[UnfinishedUpload]:
+        """Writers' temporary files under ``prefix`` (a process killed mid-write left them):
+        the key is the file's own (``folder/.tmp-XXXX``), its start the file's mtime."""
+        check_prefix(prefix)
+        found = []
+        start = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
+        for dirpath, _dirs, files in os.walk(start):
+            for name in files:
+                if not name.startswith(".tmp-"):
+                    continue
+                path = Path(dirpath) / name
+                key = path.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    try:
+                        started = path.stat().st_mtime
+                    except FileNotFoundError:
+                        continue  # committed or aborted since the walk saw it
+                    found.append(UnfinishedUpload(key, name, started))
+        return sorted(found, key=lambda u: u.key)
+
+    def abort_unfinished(self, upload: UnfinishedUpload) -> None:
+        path = self._path(upload.key)
+        if not path.name.startswith(".tmp-"):
+            raise InvalidRequest(f"{upload.key!r} is a blob, not an unfinished write")
+        path.unlink(missing_ok=True)
 
     def local_path(self, key: str) -> Path:
         """The file behind a key (for streaming responses)."""

@@ -17,6 +17,7 @@ from trainhub.api.model_schemas import (
     ModelVersionsPublic,
 )
 from trainhub.api.params import TrialId, errors
+from trainhub.api.routes.trial_storage import DirectDownloadPublic, _direct
 from trainhub.core import limits
 from trainhub.core.errors import NotFound
 from trainhub.service.registry import RegistryService
@@ -192,3 +193,39 @@ def teacher_weights(
         media_type="application/octet-stream",
         headers={"Content-Length": str(size)},
     )
+
+
+def _direct_weights(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: int, field_path: str
+) -> DirectDownloadPublic:
+    found = _registry(services).trial_weights_source(principal, trial_id, field_path)
+    direct = _direct(services).store
+    if direct is None:
+        return DirectDownloadPublic(route="control-plane")
+    url = direct.presign_download(found.storage_key, _direct(services).ttl_s)
+    return DirectDownloadPublic(
+        route="direct", url=url.url, size_bytes=url.size, expires_in_s=url.expires_s
+    )
+
+
+@weights_router.get(
+    "/{trial_id}/init-weights/direct", response_model=DirectDownloadPublic, responses=errors(404)
+)
+def init_weights_direct(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
+) -> DirectDownloadPublic:
+    """A presigned GET URL of the trial's starting weights (``--rank-storage direct`` on a
+    bucket), or ``route: control-plane`` (GET ``.../init-weights``)."""
+    return _direct_weights(services, principal, trial_id, "model.init_from")
+
+
+@weights_router.get(
+    "/{trial_id}/teacher-weights/direct",
+    response_model=DirectDownloadPublic,
+    responses=errors(404),
+)
+def teacher_weights_direct(
+    services: ServicesDep, principal: CurrentPrincipal, trial_id: TrialId
+) -> DirectDownloadPublic:
+    """A presigned GET URL of the teacher's weights, or ``route: control-plane``."""
+    return _direct_weights(services, principal, trial_id, "distill.teacher")

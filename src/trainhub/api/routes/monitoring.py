@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Depends, Query, Response
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from trainhub.api.deps import CurrentPrincipal, ServicesDep
 from trainhub.api.params import TrialId, errors
@@ -57,6 +57,11 @@ class NodePublic(BaseModel):
     cpu_pct: float | None = None
     memory_used_gb: float | None = None
     gpus: list[GpuPublic] = Field(default_factory=list)
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="The node's labels: its agent's, with `trainhub nodes label`'s over them "
+        "(rack, block: the topology levels a spec's resources.topology names)",
+    )
 
     @classmethod
     def of(cls, status: NodeStatus) -> NodePublic:
@@ -76,6 +81,7 @@ class NodePublic(BaseModel):
             memory_gb=inv.memory_gb if inv else None,
             nics=[dict(n) for n in inv.nics] if inv else [],
             gpu_inventory=[dict(g) for g in inv.gpus] if inv else [],
+            labels=dict(status.labels),
             cpu_pct=latest.cpu_pct if latest else None,
             memory_used_gb=latest.memory_used_gb if latest else None,
             gpus=[
@@ -216,6 +222,42 @@ def node_series(
     now = services.clock()
     points = monitoring.series(node_id, metric, since or now - 3600, until or now)
     return NodeSeriesPublic(node_id=node_id, metric=metric, points=points)
+
+
+class NodeLabelsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    labels: dict[
+        Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,63}$")],
+        Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{0,63}$")],
+    ] = Field(
+        max_length=32,
+        description="KEY: VALUE to set (an empty value removes the label), e.g. {rack: r3}",
+    )
+
+
+def _admin_first(principal: CurrentPrincipal) -> None:
+    """Refuse a non-admin before the body is read (its 403, not a 422 about a body it may
+    not send at all)."""
+    require_admin(principal)
+
+
+@router.post(
+    "/nodes/{node}/labels",
+    response_model=NodePublic,
+    responses=errors(403, 404),
+    dependencies=[Depends(_admin_first)],
+)
+def label_node(
+    services: ServicesDep, principal: CurrentPrincipal, node: str, body: NodeLabelsBody
+) -> NodePublic:
+    """Admins: set a node's labels, e.g. its topology levels ``rack`` and ``block`` (stored;
+    they win over the agent's configured ones); an empty value removes a label."""
+    require_admin(principal)
+    monitoring = _monitoring(services)
+    known = _known(services)
+    node_id = monitoring.resolve(node, known)
+    monitoring.set_labels(principal, node_id, body.labels)
+    return next(NodePublic.of(n) for n in monitoring.nodes(known) if n.node_id == node_id)
 
 
 @router.post("/nodes/{node}/{action}", response_model=NodePublic, responses=errors(403, 404, 409))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
@@ -19,6 +17,7 @@ from trainhub.api.schemas import (
     UsagePublic,
     UsageRowPublic,
 )
+from trainhub.service.usage import usage_csv
 
 router = APIRouter(tags=["scheduling"])
 _MAX_TIME = 1e11  # unix seconds, year 5138
@@ -60,16 +59,11 @@ def get_usage(
     ] = None,
     format: Literal["json", "csv"] = "json",
 ) -> UsagePublic | Response:
-    """Allocated slot-hours per day, tenant, user and project; each tenant's share vs its
-    guarantee over the period."""
+    """Allocated slot-hours and network bytes (inter-node sent and received, intra-node) per
+    day, tenant, user and project; each tenant's share vs its guarantee over the period."""
     report = services.usage.report(principal, since, until)
     if format == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(["day", "tenant", "user", "project", "slot_hours"])
-        for row in report.rows:
-            writer.writerow([row.day, row.tenant, row.user, row.project, f"{row.slot_hours:.4f}"])
-        return Response(buffer.getvalue(), media_type="text/csv")
+        return Response(usage_csv(report.rows), media_type="text/csv")
     return UsagePublic(
         since=report.since,
         until=report.until,

@@ -58,10 +58,13 @@ class HeadKey(NamedTuple):
 
 
 class TenantKey(NamedTuple):
-    """The order in which tenants are served: owed first, then patient, then borrowing; then
+    """The order in which tenants are served: owed first, then patient, then borrowing; among
+    borrowers the least attained service of their next trial (``borrow_by_service``); then
     the lowest fair-share score; then the tenant's next group (:class:`HeadKey`)."""
 
     standing: int  # 0 owed its guarantee, 1 patient (below it, waits), 2 borrowing
+    # borrowers (borrow_by_service): the service band of the tenant's next trial; else 0
+    service: int
     score: float
     neg_level: int
     band: int
@@ -136,6 +139,7 @@ class FairSharePolicy(BasePolicy):
             service_thresholds_slot_s=self.config.service_thresholds_slot_s,
             cooldown_growth=self.config.cooldown_growth,
             fewest_preemptions_first=self.config.victim_fewest_preemptions,
+            time_left_s=self.config.victim_time_left_s,
         )
         self.queue_order = QueueOrder("fair", self._order_key)
         if self.config.patience_share is not None:
@@ -143,6 +147,9 @@ class FairSharePolicy(BasePolicy):
         # a cache of per-trial facts for victim choice; never changes a decision
         self.victim_facts = VictimFacts(self.rules)
         self.claim_memo = ClaimMemo()
+        # the reclaim budget (ADR 0036): slots reclaims may still preempt, and when it was
+        # counted; None until the first decision (a full budget)
+        self.reclaim_budget: tuple[float, float] | None = None
         # the last (shares, cluster slots) -> scaled shares, note: shares rarely change
         self._scaled: (
             tuple[Mapping[str, TenantShare], int, Mapping[str, TenantShare], str | None] | None
@@ -193,6 +200,10 @@ class _FairPass:
         self.reservation: Reservation | None = None
         self.unmet_claim = False
         self.failed_claims = 0
+        # when the reclaim budget lets a claim refused for it through (ADR 0036)
+        self.budget_wake: float | None = None
+        # tenants whose first blocked trial holds a reservation (reserve_every_owed)
+        self.reserved_for: set[str] = set()
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
         self.pending: list[Pending] = []
@@ -261,7 +272,8 @@ class _FairPass:
         if not borrowing and not self._owed(tenant):
             borrowing = 1  # patient: after the tenants owed their guarantee, before borrowers
         score = (tenant.usage_slots + tenant.used) / tenant.share.weight
-        heapq.heappush(self.heap, (TenantKey(borrowing, score, *key), tenant.name))
+        service = key.band if borrowing == 2 and self.config.borrow_by_service else 0
+        heapq.heappush(self.heap, (TenantKey(borrowing, service, score, *key), tenant.name))
 
     # -- the pass ----------------------------------------------------------------------------
 
@@ -309,6 +321,8 @@ class _FairPass:
                     waiting = self.book.of_group("waiting", request, group.shape)
                 self.lazy.append((group.trials, group.at, waiting))
         wake_at = self.preemptor.wake_at if self.preemptor and self.unmet_claim else None
+        if self.budget_wake is not None and (wake_at is None or self.budget_wake < wake_at):
+            wake_at = self.budget_wake
 
         return DecisionList(self.starts, self.preempts, self.pending, self.lazy, wake_at)
 
@@ -365,12 +379,44 @@ class _FairPass:
                 head_reason = self.book.prefixed(
                     self.reservation.describe(self.now) + self._patience_note(tenant, size)
                 )
+            self.reserved_for.add(tenant.name)
             self._block(tenant, group, head_reason, behind_reason(trial.trial_id))
             return not self.config.backfill
+        if (
+            self.config.reserve_every_owed
+            and request.gpus_per_worker
+            and tenant.name not in self.reserved_for
+            and entitled(tenant.used, size, tenant.share.guaranteed_slots)
+            and self.backfill is not None
+            and self.backfill.total_free > 0
+        ):
+            return self._reserve_more(tenant, group)
         if self.raw.total_free >= size or not request.gpus_per_worker:
             text = behind_reason(self.reservation.trial_id)
             return self._block(tenant, group, text, text)
         return self._block(tenant, group, self._busy(group), self._busy(group))
+
+    def _reserve_more(self, tenant: _Tenant, group: _Group) -> bool:
+        """A reservation for the first blocked trial of a tenant below its guarantee when
+        another trial holds the pass's first one: backfill keeps off its nodes too, so an
+        owed gang is not starved by trials that take each GPU as it frees (ADR 0036)."""
+        trial = group.head
+        if self.backfill is self.raw:
+            self.backfill = self.raw.copy()
+        pool = self.backfill
+        assert pool is not None
+        extra = reserve(
+            trial, pool, self.running, self.now, known_ends=self.config.estimates_for_backfill
+        )
+        need: dict[str, int] = {}
+        for node in extra.ranks:
+            need[node] = need.get(node, 0) + trial.request.gpus_per_worker
+        pool.restrict({node: max(0, pool.usable(node) - gpus) for node, gpus in need.items()})
+        self.reserved_for.add(tenant.name)
+        size = trial.request.num_slots
+        reason = self.book.prefixed(extra.describe(self.now) + self._patience_note(tenant, size))
+        self._block(tenant, group, reason, behind_reason(trial.trial_id))
+        return False
 
     def _place(
         self, trial: QueuedTrial, request: ResourceRequest, size: int
@@ -466,6 +512,54 @@ class _FairPass:
 
     # -- preemption --------------------------------------------------------------------------
 
+    def _budget_params(self) -> tuple[float, float, float]:
+        """(stored level, ceiling, refill per second) of the reclaim budget, in slots."""
+        rate = self.config.reclaim_rate_share_per_h
+        assert rate is not None
+        total = self.raw.total_slots()
+        ceiling = max(1.0, self.config.reclaim_burst_share * total)
+        stored = self.policy.reclaim_budget
+        per_s = rate * total / 3600.0
+        if stored is None:
+            return ceiling, ceiling, per_s
+        level, at = stored
+        return min(ceiling, level + per_s * max(0.0, self.now - at)), ceiling, per_s
+
+    def _reclaim_budget(self) -> float:
+        """Slots the reclaims of this decision may still preempt (infinite: no bound, or a
+        full budget, which lets one claim through whatever its size)."""
+        if self.config.reclaim_rate_share_per_h is None:
+            return math.inf
+        level, ceiling, _ = self._budget_params()
+        return math.inf if level >= ceiling else level
+
+    def _spend(self, slots: int) -> None:
+        if self.config.reclaim_rate_share_per_h is None:
+            return
+        level, _, _ = self._budget_params()
+        self.policy.reclaim_budget = (level - slots, self.now)
+
+    def _budget_wait(self) -> None:
+        """A claim found victims beyond the budget: decide again once it is full."""
+        level, ceiling, per_s = self._budget_params()
+        at = self.now + max(1.0, (ceiling - level) / per_s)
+        if self.budget_wake is None or at < self.budget_wake:
+            self.budget_wake = at
+
+    def _hold(self, request: ResourceRequest, free_part: Mapping[str, int]) -> None:
+        """Set aside for a claimant the free GPUs its placement counts on beside those its
+        victims free: no trial later in the pass takes them, or the claimant would still
+        not fit once its victims left and would preempt again (ADR 0042)."""
+        g = request.gpus_per_worker
+        if not g:
+            return
+        for node, gpus in free_part.items():
+            ranks = gpus / g
+            cpus, memory = -ranks * request.cpus_per_worker, -ranks * request.memory_gb_per_worker
+            self.raw.adjust(node, -gpus, cpus, memory)
+            if self.backfill is not None and self.backfill is not self.raw:
+                self.backfill.adjust(node, -gpus, cpus, memory)
+
     def _claim(self, tenant: _Tenant, group: _Group) -> str | None:
         """Preempt for the group's head if the rules allow it; its pending reason, or None."""
         if self.preemptor is None:
@@ -485,6 +579,7 @@ class _FairPass:
         guarantee = tenant.share.guaranteed_slots
         pool = self.backfill if self.backfill is not None else self.raw
         if preemptor.incoming_suffices(trial, pool):
+            self._hold(trial.request, preemptor.free_part)
             tenant.used += size
             return "starts when the trials being preempted for it have checkpointed and exited"
         if entitled(tenant.used, size, guarantee) and self._owed(tenant):
@@ -495,8 +590,13 @@ class _FairPass:
                 past = tenant.used + size - guarantee
                 if 0 < past <= guarantee - tenant.used:
                     overshoot = past
-            victims = preemptor.reclaim(trial, pool, overshoot)
+            budget = self._reclaim_budget()
+            victims = preemptor.reclaim(trial, pool, overshoot, budget)
+            if victims is None and preemptor.over_budget:
+                self._budget_wait()
             if victims is not None:
+                self._spend(sum(v.request.num_slots for v in victims))
+                self._hold(trial.request, preemptor.free_part)
                 tenant.used += size
                 held = self.running.slots_by_tenant
                 lenders = {
@@ -531,6 +631,7 @@ class _FairPass:
             band = group.band if by_service else _NO_BAND
             victims = preemptor.displace(trial, band, pool)
             if victims is not None:
+                self._hold(trial.request, preemptor.free_part)
                 tenant.used += size - sum(v.request.num_slots for v in victims)
                 self.preempts.extend(
                     Preempt(

@@ -12,6 +12,10 @@ from trainhub.core.scheduling.nodetable import HOT_GPU_TEMPERATURE_C
 class FairShareConfig:
     """Knobs of :class:`~trainhub.core.scheduling.fair.FairSharePolicy` (units in the names).
 
+    The defaults of ``min_run_time_s``, ``reclaim_rate_share_per_h``, ``borrow_by_service``
+    and ``displace_by_service`` are the candidate the benchmark's tuning split chose
+    (``benchmarks/scheduler.py --tune``, ADR 0036); the others predate it.
+
     Attributes:
         half_life_s: half-life of the decayed usage that orders tenants for idle capacity
             (Slurm's PriorityDecayHalfLife). Shorter forgets faster.
@@ -74,13 +78,32 @@ class FairShareConfig:
             with little history (small entitled totals) reclaims at once.
         standing_half_life_s: half-life of the received and entitled slot-seconds the
             patience reads (``core.entitlement``): how far back a tenant's standing counts.
+        borrow_by_service: borrowed capacity goes to the borrowing tenant whose next trial
+            has the least attained service (its service band, as inside a tenant), then to
+            the lowest fair-share score: the trials likelier to finish first, without
+            durations (Tiresias' least attained service across borrowers; ADR 0036). Off:
+            the fair-share score alone orders borrowers.
+        reclaim_rate_share_per_h: reclaims (preemptions that give a tenant back its
+            guarantee) take at most this share of the cluster's slots per hour, from a budget
+            that refills at that rate up to ``reclaim_burst_share`` of the cluster; a full
+            budget lets one claim through whatever its size. The policy keeps the budget
+            between decisions (a restart refills it). None: no bound (ADR 0036).
+        reclaim_burst_share: the budget's ceiling, a share of the cluster's slots.
+        victim_time_left_s: a lender's trial expected to end within this many seconds
+            (its expected duration, the server's estimate, less its run in this attempt) is
+            taken after every other of the same priority and preemption count: preempting it
+            saves the claimant little and costs its tenant the run. 0 turns it off.
+        reserve_every_owed: every tenant below its guarantee gets a reservation for its
+            first trial that does not fit, not only the first blocked trial of the pass, so
+            backfill cannot starve a multi-GPU gang of an owed tenant with trials that take
+            each GPU as it frees (ADR 0036).
     """
 
     half_life_s: float = 24 * 3600.0
     aging_interval_s: float = 3600.0
     backfill: bool = True
     preemption: bool = True
-    min_run_time_s: float = 120.0
+    min_run_time_s: float = 600.0
     preemption_cooldown_s: float = 1800.0
     max_preemptions_per_pass: int = 16
     max_failed_claims_per_pass: int = 4
@@ -94,10 +117,22 @@ class FairShareConfig:
     patience_share: float | None = 0.97
     patience_horizon_s: float = 1800.0
     standing_half_life_s: float = 7 * 24 * 3600.0
+    borrow_by_service: bool = False
+    reclaim_rate_share_per_h: float | None = 1.0
+    reclaim_burst_share: float = 0.05
+    victim_time_left_s: float = 1800.0
+    reserve_every_owed: bool = True
 
     def __post_init__(self) -> None:
         if self.patience_share is not None and not 0 < self.patience_share <= 1:
             raise ValueError(f"patience_share must be in (0, 1] or None, got {self.patience_share}")
+        rate = self.reclaim_rate_share_per_h
+        if rate is not None and not (rate > 0 and math.isfinite(rate)):
+            raise ValueError(f"reclaim_rate_share_per_h must be > 0 or None, got {rate}")
+        if not 0 < self.reclaim_burst_share <= 1:
+            raise ValueError(
+                f"reclaim_burst_share must be in (0, 1], got {self.reclaim_burst_share}"
+            )
         for name in ("half_life_s", "standing_half_life_s"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
@@ -107,6 +142,7 @@ class FairShareConfig:
             "min_run_time_s",
             "preemption_cooldown_s",
             "patience_horizon_s",
+            "victim_time_left_s",
         ):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from trainhub.core.resources import Node, ResourceRequest
+from trainhub.core.scheduling.domains import DomainIndex
 from trainhub.core.scheduling.nodetable import HOT_GPU_TEMPERATURE_C, NodeTable, PrefKey
-from trainhub.core.scheduling.queue import Shape
+from trainhub.core.scheduling.queue import Shape, shape_of
 from trainhub.core.spec import Placement
+from trainhub.core.topology import UNKNOWN
 
 _EPS = 1e-9
 
@@ -58,6 +60,14 @@ class NodePool:
             self.total_free = nodes.total_free
             self._shapes = nodes.shapes
             self._fits_empty = nodes.fits_empty
+            # the snapshot's table, which keeps the levels a pool asks for in step across passes
+            self._table: NodeTable | None = nodes
+            self._domain_ranks = nodes.domain_ranks
+            # the table's free GPUs are the pool's usable ones (no caps): its indexes hold
+            self._domains: dict[str, DomainIndex] = {
+                level: index.copy() for level, index in nodes.domains.items()
+            }
+            self._fits_memo: dict[tuple[str, int], list[tuple[int, str]]] = {}
             return
         table = NodeTable(nodes, hot_gpu_temperature_c)
         self.nodes = table.alive
@@ -67,6 +77,8 @@ class NodePool:
         self._pref = table.pref
         self._shapes = table.shapes
         self._fits_empty = table.fits_empty
+        self._table = None  # built for this pool alone
+        self._domain_ranks = table.domain_ranks
         size = len(table.buckets)
         buckets: list[list[PrefKey]] = [[] for _ in range(size)]
         for i in self.nodes:
@@ -75,6 +87,8 @@ class NodePool:
             bucket.sort()
         self._buckets = buckets
         self.total_free = sum(self.usable(i) for i in self.nodes)
+        self._domains = {}
+        self._fits_memo = {}
 
     def copy(self, caps: Mapping[str, int] | None = None) -> NodePool:
         """The same free capacity, with ``caps`` (added to any) limiting some nodes."""
@@ -87,6 +101,10 @@ class NodePool:
         new._pref = self._pref
         new._shapes = self._shapes
         new._fits_empty = self._fits_empty
+        new._table = self._table
+        new._domain_ranks = self._domain_ranks
+        new._domains = {level: index.copy() for level, index in self._domains.items()}
+        new._fits_memo = {}
         new._buckets = [list(bucket) for bucket in self._buckets]
         new.total_free = self.total_free
         new.caps = dict(self.caps)
@@ -98,6 +116,15 @@ class NodePool:
             new._move(node_id, before)
         return new
 
+    def restrict(self, caps: Mapping[str, int]) -> None:
+        """Limit some nodes further, in place: at most ``caps[node]`` more GPUs used there."""
+        for node_id, cap in caps.items():
+            if node_id not in self.nodes:
+                continue
+            before = self.usable(node_id)
+            self.caps[node_id] = min(cap, self.caps.get(node_id, cap))
+            self._move(node_id, before)
+
     def _move(self, node_id: str, before: int) -> None:
         """Re-bucket a node whose usable GPUs were ``before``."""
         after = self.usable(node_id)
@@ -107,6 +134,14 @@ class NodePool:
             del old[bisect.bisect_left(old, key)]
             bisect.insort(self._buckets[after], key)
             self.total_free += after - before
+            self._domain_moved(node_id, after - before)
+
+    def _domain_moved(self, node_id: str, change: int) -> None:
+        """Keep the usable GPUs per domain (of the levels asked for so far) in step."""
+        if self._domains:
+            self._fits_memo.clear()
+            for index in self._domains.values():
+                index.moved(node_id, change)
 
     def preference(self, node_id: str) -> tuple[int, float]:
         """(hot, temperature): lower is preferred."""
@@ -135,7 +170,7 @@ class NodePool:
             memory = self.free_memory[node_id]
             if memory != math.inf:
                 by_cpu = min(by_cpu, int((memory + _EPS) // m))
-        return max(0, min(by_gpu, by_cpu))
+        return request.whole_groups(max(0, min(by_gpu, by_cpu)))
 
     # -- placement ---------------------------------------------------------------------------
 
@@ -147,15 +182,117 @@ class NodePool:
         g = request.gpus_per_worker
         if g and self.total_free < k * g:
             return None
-        if not g:
-            return self._place_scan(request)
+        if request.topology is not None:
+            return self._place_topology(request)
+        return self._place(request, frozenset())
+
+    # -- topology (core/topology.py) ----------------------------------------------------------
+
+    def domains(self, level: str) -> dict[str, list[str]]:
+        """The alive nodes by their domain at ``level`` (``unknown``: no label)."""
+        return self._domain_index(level).members
+
+    def _domain_index(self, level: str) -> DomainIndex:
+        """The pool's index of ``level``: copied from its table, or built once per pool the
+        first time a level is asked for (the table then indexes it too, for the next passes)."""
+        index = self._domains.get(level)
+        if index is None:
+            index = DomainIndex.build(level, self.nodes, self.usable)
+            self._domains[level] = index
+            if self._table is not None:
+                self._table.domain_index(level)
+        return index
+
+    def domain_free(self, request: ResourceRequest, members: Sequence[str]) -> int:
+        """What a domain offers ``request`` now: usable GPUs (free CPUs' whole cores without
+        GPUs) of its nodes that qualify."""
+        if request.gpus_per_worker:
+            return sum(self.usable(i) for i in members if self.room(i, request) > 0)
+        return sum(int(self.free_cpus[i] + _EPS) for i in members if self.room(i, request) > 0)
+
+    def fitting_domains(self, request: ResourceRequest) -> list[tuple[int, str]]:
+        """(free, domain) of the labelled domains of the request's level that could take the
+        whole gang now by their free capacity, tightest first (best fit)."""
+        assert request.topology is not None
+        need = request.num_slots
+        level = request.topology.level
+        index = self._domain_index(level)
+        if request.gpus_per_worker:  # kept up to date: no walk over the nodes
+            known = self._fits_memo.get((level, need))
+            if known is None:  # else nothing moved since: the same domains (a copy is asked)
+                known = index.fitting(need)
+                self._fits_memo[(level, need)] = known
+            return list(known)
+        fits = []
+        for name, members in index.members.items():
+            if name == UNKNOWN:
+                continue
+            free = self.domain_free(request, members)
+            if free >= need:
+                fits.append((free, name))
+        fits.sort()
+        return fits
+
+    def _place_topology(self, request: ResourceRequest) -> tuple[str, ...] | None:
+        assert request.topology is not None
+        plain = replace(request, topology=None)
+        members = self.domains(request.topology.level)
+        simple = plain.gpus_per_worker and plain.placement != Placement.SPREAD
+        for _, name in self.fitting_domains(request):
+            if simple:
+                ranks = self._pack_within(plain, members[name])
+            else:
+                ranks = self._place(plain, frozenset(self.nodes).difference(members[name]))
+            if ranks is not None:
+                return ranks
+        if request.topology.required:
+            return None
+        return self._place(plain, frozenset())
+
+    def _pack_within(
+        self, request: ResourceRequest, members: Sequence[str]
+    ) -> tuple[str, ...] | None:
+        """``place``'s pack rule on a few nodes (one domain): the tightest node that holds
+        what is left, else the one with the most room; cool before hot, then preference."""
+        rooms = {i: self.room(i, request) for i in members}
+        rooms = {i: r for i, r in rooms.items() if r > 0}
+        k = request.num_workers
+        if sum(rooms.values()) < k:
+            return None
+        pref = self._pref
         if request.single_node:
-            node = self._best_fit(request, k, ())
+            best = [i for i, r in rooms.items() if r >= k]
+            if not best:
+                return None
+            node = min(best, key=lambda i: (pref[i].hot, self.usable(i), pref[i]))
+            return (node,) * k
+        ranks: list[str] = []
+        left = k
+        while left:
+            fit = [i for i, r in rooms.items() if r >= left]
+            if fit:
+                node = min(fit, key=lambda i: (pref[i].hot, self.usable(i), pref[i]))
+                ranks.extend([node] * left)
+                break
+            node = min(rooms, key=lambda i: (pref[i].hot, -self.usable(i), pref[i]))
+            take = rooms.pop(node)
+            ranks.extend([node] * take)
+            left -= take
+        return tuple(ranks)
+
+    def _place(self, request: ResourceRequest, excluded: frozenset[str]) -> tuple[str, ...] | None:
+        """``place`` on the nodes not ``excluded`` (all of them, mostly)."""
+        k = request.num_workers
+        g = request.gpus_per_worker
+        if not g:
+            return self._place_scan(request, excluded)
+        if request.single_node:
+            node = self._best_fit(request, k, excluded)
             return None if node is None else (node,) * k
         if request.placement == Placement.SPREAD:
-            return self._spread(request, self._scan_order(request))
+            return self._spread(request, self._scan_order(request, excluded))
         ranks: list[str] = []
-        used: set[str] = set()
+        used: set[str] = set(excluded)
         remaining = k
         while remaining:
             node = self._best_fit(request, remaining, used)
@@ -193,8 +330,10 @@ class NodePool:
                         return key.node_id
         return None
 
-    def _scan_order(self, request: ResourceRequest) -> list[tuple[str, int]]:
-        rooms = [(i, self.room(i, request)) for i in self.nodes]
+    def _scan_order(
+        self, request: ResourceRequest, excluded: frozenset[str] = frozenset()
+    ) -> list[tuple[str, int]]:
+        rooms = [(i, self.room(i, request)) for i in self.nodes if i not in excluded]
         rooms = [(i, r) for i, r in rooms if r > 0]
         rooms.sort(key=lambda item: (self.preference(item[0]), -item[1], item[0]))
         return rooms
@@ -206,16 +345,19 @@ class NodePool:
             return None
         ranks: list[str] = []
         left = dict(rooms)
+        step = request.group_size  # a group's ranks stay together (rooms hold whole groups)
         while len(ranks) < request.num_workers:
             for node, _ in rooms:
                 if left[node] > 0 and len(ranks) < request.num_workers:
-                    ranks.append(node)
-                    left[node] -= 1
+                    ranks.extend([node] * step)
+                    left[node] -= step
         return tuple(ranks)
 
-    def _place_scan(self, request: ResourceRequest) -> tuple[str, ...] | None:
+    def _place_scan(
+        self, request: ResourceRequest, excluded: frozenset[str] = frozenset()
+    ) -> tuple[str, ...] | None:
         # requests without GPUs are rare: order the nodes by CPU room on the spot
-        rooms = self._scan_order(request)
+        rooms = self._scan_order(request, excluded)
         k = request.num_workers
         if request.placement == Placement.SPREAD and not request.single_node:
             return self._spread(request, rooms)
@@ -233,23 +375,54 @@ class NodePool:
 
     def closest(self, request: ResourceRequest) -> tuple[str, ...]:
         """Nodes that could hold ``request`` once emptied, those with the most room now first:
-        the nodes that need the fewest releases (the request must fit the empty nodes)."""
+        the nodes that need the fewest releases (the request must fit the empty nodes).
+
+        A gang that requires a level gets them in one domain of it: of the domains that could
+        hold it once emptied, the one with the most usable GPUs now."""
+        need = request.topology
+        if need is not None and need.required:
+            index = self._domain_index(need.level)
+            holding = self.domain_ranks_empty(request)
+            best = max(
+                (
+                    (index.free[name], name)
+                    for name, ranks in holding.items()
+                    if ranks >= request.num_workers
+                ),
+                default=None,
+            )
+            if best is None:
+                return ()
+            plain = replace(request, topology=None)
+            return self._closest(plain, self._closest_order(index.members[best[1]]))
+        return self._closest(request, self._closest_order())
+
+    def _closest_order(self, within: Sequence[str] | None = None) -> Iterator[PrefKey]:
+        """The nodes (of ``within``, else all), cool before hot, those with the most usable
+        GPUs (their bucket) first, then in preference order."""
+        if within is not None:
+            top = len(self._buckets) - 1
+            keys = [self._pref[i] for i in within]
+            keys.sort(key=lambda key: (key.hot, -min(self.usable(key.node_id), top), key))
+            yield from keys
+            return
+        for hot in (0, 1):
+            for free in range(len(self._buckets) - 1, -1, -1):
+                yield from (key for key in self._buckets[free] if key.hot == hot)
+
+    def _closest(self, request: ResourceRequest, order: Iterable[PrefKey]) -> tuple[str, ...]:
         k = request.num_workers
         one_node = request.single_node or k * request.gpus_per_worker <= len(self._buckets) - 1
         ranks: list[str] = []
-        for allow_hot in (0, 1):
-            for free in range(len(self._buckets) - 1, -1, -1):
-                for key in self._buckets[free]:
-                    if key.hot > allow_hot or (allow_hot and key.hot == 0):
-                        continue
-                    whole = self.nodes[key.node_id].fits(request, free=False)
-                    if one_node:
-                        if whole >= k:
-                            return (key.node_id,) * k
-                    elif whole > 0:
-                        ranks.extend([key.node_id] * min(whole, k - len(ranks)))
-                        if len(ranks) == k:
-                            return tuple(ranks)
+        for key in order:
+            whole = self.nodes[key.node_id].fits(request, free=False)
+            if one_node:
+                if whole >= k:
+                    return (key.node_id,) * k
+            elif whole > 0:
+                ranks.extend([key.node_id] * min(whole, k - len(ranks)))
+                if len(ranks) == k:
+                    return tuple(ranks)
         return tuple(ranks) if not one_node else ()
 
     # -- changes -----------------------------------------------------------------------------
@@ -300,6 +473,7 @@ class NodePool:
             del old[bisect.bisect_left(old, key)]
             bisect.insort(self._buckets[min(after, len(self._buckets) - 1)], key)
             self.total_free += after - before
+            self._domain_moved(node_id, after - before)
 
     def fits_empty(self, request: ResourceRequest, shape: Shape) -> bool:
         """Whether ``request`` fits these nodes when nothing runs (else it never will)."""
@@ -307,7 +481,9 @@ class NodePool:
         if known is not None:
             return known
         k = request.num_workers
-        if request.node_labels:
+        if request.topology is not None and request.topology.required:
+            fits = self.largest_domain_ranks(request) >= k
+        elif request.node_labels:
             rooms = [n.fits(request, free=False) for n in self.nodes.values()]
             fits = max(rooms, default=0) >= k if request.single_node else sum(rooms) >= k
         else:
@@ -329,6 +505,27 @@ class NodePool:
                 fits = sum(max(0, r) * count for r, count in rooms_by_shape) >= k
         self._fits_empty[shape] = fits
         return fits
+
+    def largest_domain_ranks(self, request: ResourceRequest) -> int:
+        """The most ranks of ``request`` one labelled domain of its level holds when empty."""
+        return max(self.domain_ranks_empty(request).values(), default=0)
+
+    def domain_ranks_empty(self, request: ResourceRequest) -> dict[str, int]:
+        """Per labelled domain of the request's level: the ranks of ``request`` it holds when
+        empty (on one of its nodes, for a single-node gang); memoised per request shape while
+        the nodes' totals and labels stay (NodeTable.domain_ranks)."""
+        assert request.topology is not None
+        shape = shape_of(request)
+        known = self._domain_ranks.get(shape)
+        if known is None:
+            known = {}
+            for name, members in self.domains(request.topology.level).items():
+                if name == UNKNOWN:
+                    continue
+                rooms = [self.nodes[i].fits(request, free=False) for i in members]
+                known[name] = max(rooms, default=0) if request.single_node else sum(rooms)
+            self._domain_ranks[shape] = known
+        return known
 
     def most_ranks_empty(self, request: ResourceRequest) -> int:
         """The most ranks of ``request`` one node holds when empty (node labels not

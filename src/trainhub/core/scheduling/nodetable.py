@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from trainhub.core.resources import Node
+from trainhub.core.scheduling.domains import DomainIndex
 from trainhub.core.scheduling.queue import Shape
 
 
@@ -56,6 +57,11 @@ class NodeTable(tuple[Node, ...]):
     shapes: Counter[tuple[int, float, float]]
     # memo of "does this request shape fit the empty cluster", valid while totals do not change
     fits_empty: dict[Shape, bool]
+    # the topology levels asked for so far, by level: carried from table to table
+    domains: dict[str, DomainIndex]
+    # memo per request shape with a topology: the ranks each labelled domain of its level holds
+    # when empty (valid, like fits_empty, while totals and labels do not change)
+    domain_ranks: dict[Shape, dict[str, int]]
 
     def __new__(
         cls, nodes: Iterable[Node], hot_gpu_temperature_c: float | None = HOT_GPU_TEMPERATURE_C
@@ -80,7 +86,19 @@ class NodeTable(tuple[Node, ...]):
         table.buckets = buckets
         table.shapes = Counter((n.total_gpus, n.total_cpus, n.total_memory_gb) for n in alive)
         table.fits_empty = {}
+        table.domains = {}
+        table.domain_ranks = {}
         return table
+
+    def domain_index(self, level: str) -> DomainIndex:
+        """The alive nodes by domain at ``level`` with their free GPUs; from then on the
+        tables derived from this one keep it in step."""
+        index = self.domains.get(level)
+        if index is None:
+            free = self.free_gpus
+            index = DomainIndex.build(level, self.alive, lambda node_id: max(0, free[node_id]))
+            self.domains[level] = index
+        return index
 
     def synced(self, nodes: Sequence[Node]) -> NodeTable:
         """A table of exactly ``nodes`` (the cluster read afresh), derived from this one when
@@ -124,6 +142,7 @@ class NodeTable(tuple[Node, ...]):
         table.pref = self.pref
         table.shapes = self.shapes
         table.fits_empty = self.fits_empty
+        table.domain_ranks = self.domain_ranks
         table.alive = dict(self.alive)
         table.free_gpus = dict(self.free_gpus)
         table.free_cpus = dict(self.free_cpus)
@@ -136,10 +155,13 @@ class NodeTable(tuple[Node, ...]):
                 table.free_gpus[node_id] = node.free_gpus
                 table.free_cpus[node_id] = node.free_cpus
                 table.free_memory[node_id] = node.free_memory_gb
+        table.domains = {level: index.copy() for level, index in self.domains.items()}
         buckets = list(self.buckets)
         copied: set[int] = set()
         top = len(buckets) - 1
         for key, old_free, new_free in moves:
+            for index in table.domains.values():
+                index.moved(key.node_id, max(0, new_free) - max(0, old_free))
             before, after = max(0, min(old_free, top)), max(0, min(new_free, top))
             for free in (before, after):
                 if free not in copied:

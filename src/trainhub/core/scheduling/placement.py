@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from trainhub.core.resources import Node, ResourceRequest
 from trainhub.core.scheduling.nodepool import NodePool
 from trainhub.core.scheduling.nodetable import HOT_GPU_TEMPERATURE_C
+from trainhub.core.topology import UNKNOWN, domain_of
 
 
 @dataclass(frozen=True)
@@ -70,13 +71,12 @@ def never_reason(request: ResourceRequest, nodes: Sequence[Node]) -> str | None:
     if NodePool(empty, None).place(request) is not None:
         return None
     need = need_text(request)
+    topology = topology_never(request, alive)
+    if topology is not None:
+        return f"can never run: {topology}"
     held = [n for n in nodes if n.cordoned and not n.alive]
     if held and _fits_empty(request, [*alive, *(replace(n, alive=True) for n in held)]):
-        names = ", ".join(n.node_id for n in held[:3]) + (", ..." if len(held) > 3 else "")
-        return (
-            f"waits: needs {need}; the node(s) it fits on are cordoned or unhealthy ({names}); "
-            "it runs once an admin uncordons one (`trainhub nodes uncordon NODE`)"
-        )
+        return f"waits: needs {need}; {held_text(held)}"
     eligible = _eligible(request, alive)
     if request.node_labels and not eligible:
         labels = ", ".join(f"{k}={v}" for k, v in request.node_labels.items())
@@ -88,6 +88,37 @@ def never_reason(request: ResourceRequest, nodes: Sequence[Node]) -> str | None:
         return f"can never run: needs {need}; the largest node holds {largest} such worker(s)"
     total = sum(n.fits(request, free=False) for n in eligible)
     return f"can never run: needs {need}; the whole cluster holds {total} such worker(s)"
+
+
+def _names(nodes: Sequence[Node]) -> str:
+    names = [n.hostname or n.node_id for n in nodes[:3]]
+    return ", ".join(names) + (", ..." if len(nodes) > 3 else "")
+
+
+# what ends a hold, by its cause: an admin's cordon (or drain), or the node's health
+_UNTIL = {
+    "cordoned": "it runs once an admin uncordons {it} (`trainhub nodes uncordon NODE`)",
+    "draining": "it runs once an admin uncordons {it} after the drain "
+    "(`trainhub nodes uncordon NODE`)",
+    "unhealthy": "it runs once {it} is healthy again (`trainhub nodes` says why not)",
+}
+
+
+def held_text(held: Sequence[Node]) -> str:
+    """'the node it fits on is cordoned (gpu-a); it runs once an admin uncordons one ...':
+    the nodes a request would fit on, grouped by why they take no new trials."""
+    by_why: dict[str, list[Node]] = {}
+    for node in held:
+        by_why.setdefault(node.held or "cordoned", []).append(node)
+    parts = [f"{why} ({_names(nodes)})" for why, nodes in by_why.items()]
+    one = len(held) == 1
+    head = f"the node{'' if one else 's'} it fits on {'is' if one else 'are'} " + ", ".join(parts)
+    causes = [c for c in _UNTIL if any(c in why for why in by_why)]
+    if len(causes) == 1:
+        until = _UNTIL[causes[0]].format(it="it" if one else "one")
+    else:
+        until = "it runs once one takes trials again (`trainhub nodes` says why each does not)"
+    return f"{head}; {until}"
 
 
 @dataclass(frozen=True)
@@ -150,6 +181,10 @@ def busy_reason(
 
     ``summary`` (of all nodes) may stand in for ``nodes`` when the request has no labels.
     """
+    if request.topology is not None and request.topology.required:
+        short = topology_busy(request, nodes)
+        if short is not None:
+            return f"waiting for resources: {short}"
     if summary is None or request.node_labels:
         summary = FreeSummary.of(_eligible(request, nodes))
     need = f"waiting for resources: needs {need_text(request)}"
@@ -179,3 +214,68 @@ def busy_reason(
     if request.single_node or request.num_workers == 1:
         return f"{need}; largest free is {summary.largest_cpus:g} CPUs"
     return f"{need}; {summary.cpus:g} CPUs free"
+
+
+def _unit(request: ResourceRequest) -> str:
+    return "GPUs" if request.gpus_per_worker else "CPUs"
+
+
+def domain_totals(request: ResourceRequest, nodes: Iterable[Node], free: bool) -> dict[str, int]:
+    """Per labelled domain of the request's level: the GPUs (CPUs without GPUs) its nodes that
+    qualify for ``request`` have, free or in all."""
+    assert request.topology is not None
+    level = request.topology.level
+    totals: dict[str, int] = {}
+    for n in nodes:
+        if not n.alive or n.fits(request, free=free) < 1:
+            if n.alive and (name := domain_of(n.labels, level)) != UNKNOWN:
+                totals.setdefault(name, 0)
+            continue
+        name = domain_of(n.labels, level)
+        if name == UNKNOWN:
+            continue
+        if request.gpus_per_worker:
+            have = n.free_gpus if free else n.total_gpus
+        else:
+            have = int((n.free_cpus if free else n.total_cpus) + 1e-9)
+        totals[name] = totals.get(name, 0) + have
+    return totals
+
+
+def topology_never(request: ResourceRequest, nodes: Sequence[Node]) -> str | None:
+    """Why no domain of the level a gang requires could ever hold it; None if one could."""
+    if request.topology is None:
+        return None
+    level = request.topology.level
+    if not any(domain_of(n.labels, level) != UNKNOWN for n in nodes):
+        return (
+            f"needs {need_text(request)}; no node carries the level {level} "
+            f"(label them: `trainhub nodes label NODE {level}=NAME`)"
+        )
+    if not request.topology.required:
+        return None
+    totals = domain_totals(request, nodes, free=False)
+    largest = max(totals.values(), default=0)
+    if largest < request.num_slots:
+        return (
+            f"needs {request.num_slots} {_unit(request)} in one {level}; the largest {level} "
+            f"has {largest}"
+        )
+    return None
+
+
+def topology_busy(request: ResourceRequest, nodes: Sequence[Node]) -> str | None:
+    """'needs 16 GPUs in one rack; the best rack has 12 free' when no domain of the level a
+    gang requires has room now (None when one has: the nodes' shapes are what is short)."""
+    assert request.topology is not None
+    level = request.topology.level
+    totals = domain_totals(request, nodes, free=True)
+    if not totals:
+        return None
+    best, free = max(totals.items(), key=lambda item: (item[1], item[0]))
+    if free >= request.num_slots:
+        return None
+    return (
+        f"needs {request.num_slots} {_unit(request)} in one {level}; the best {level} "
+        f"({best}) has {free} free"
+    )

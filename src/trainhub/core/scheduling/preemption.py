@@ -99,6 +99,11 @@ class Preemptor:
         self._incoming_total = sum(self._incoming.values())
         # earliest time a claim that failed this pass could succeed thanks to a trial aging in
         self.wake_at: float | None = None
+        # the last reclaim found victims but not within the reclaim budget
+        self.over_budget = False
+        # the free GPUs per node the last claim's placement counts on besides the capacity
+        # being freed: the caller sets them aside for the claimant (ADR 0042)
+        self.free_part: dict[str, int] = {}
 
     def _tenant(self, tenant: str) -> list[RunningTrial]:
         ready = self._ready.get(tenant)
@@ -184,7 +189,7 @@ class Preemptor:
         return self._consume(ranks, trial.request.gpus_per_worker, pool) > 0
 
     def reclaim(
-        self, trial: QueuedTrial, pool: NodePool, overshoot: int = 0
+        self, trial: QueuedTrial, pool: NodePool, overshoot: int = 0, budget: float = math.inf
     ) -> tuple[RunningTrial, ...] | None:
         """Victims borrowed from other tenants that make room for ``trial``, or None.
 
@@ -213,10 +218,20 @@ class Preemptor:
         allowed = self._lenders_rule(claimant, 0)
         others = [t for t in self._lenders if t != claimant]
         victims = None
+        self.over_budget = False
+        affordable: Callable[[Sequence[RunningTrial]], bool] | None = None
+        if budget != math.inf:
+
+            def affordable(victims: Sequence[RunningTrial]) -> bool:
+                if sum(v.request.num_slots for v in victims) <= budget:
+                    return True
+                self.over_budget = True
+                return False
+
         if others and self._spare(others[0]) > 0:
-            victims = self._choose(trial, pool, self._lender(others[0]), allowed)
+            victims = self._choose(trial, pool, self._lender(others[0]), allowed, affordable)
         if victims is None and len(others) > 1:
-            victims = self._choose(trial, pool, self._all_lent(), allowed)
+            victims = self._choose(trial, pool, self._all_lent(), allowed, affordable)
         near: list[str] = []
         if victims is None and overshoot > 0:
             # a gang larger than what its tenant is still owed: other tenants may go below
@@ -235,13 +250,16 @@ class Preemptor:
                 relaxed = self._lenders_rule(claimant, overshoot)
 
                 def within(victims: Sequence[RunningTrial]) -> bool:
-                    return self._deficit_caused(victims) <= overshoot
+                    return self._deficit_caused(victims) <= overshoot and (
+                        affordable is None or affordable(victims)
+                    )
 
                 victims = self._choose(trial, pool, self._relaxed(near), relaxed, within)
         if victims is None:
             young = [at for tenant in (*others, *near) for at, _ in self._young.get(tenant, ())]
             self._note_young(young)
-            if plain:
+            if plain and not self.over_budget:
+                # a claim refused for the budget alone may pass once it refilled: not memoised
                 self._failed_reclaim = (size, overshoot)
                 self._memo.reclaim_failed(claimant, size, overshoot, min(young, default=math.inf))
         return victims
@@ -298,19 +316,25 @@ class Preemptor:
             self._lent = Candidates([lent[i] for i in order], self._facts)
         return self._lent
 
-    def _lender_keys(self, trials: Sequence[RunningTrial]) -> list[tuple[int, int, float, int]]:
+    def _lender_keys(
+        self, trials: Sequence[RunningTrial]
+    ) -> list[tuple[int, int, bool, float, int]]:
         """Lenders' victims go lowest priority first, then (optionally) preempted fewest
-        times, then least work at risk: each trial's sort key."""
+        times, then those not expected to end soon (``time_left_s``: the time they have
+        left), then least work at risk (the work a preemption loses): each trial's sort key."""
         now = self._now
         params = self._risk_params
         fewest = self._rules.fewest_preemptions_first
+        soon = self._rules.time_left_s
         keys = []
         for v in trials:
             slots, base, period, rank, preemptions = params[v.trial_id]
             at_risk = max(0.0, now - base)
             if period:
                 at_risk %= period
-            keys.append((rank, preemptions if fewest else 0, at_risk * slots, v.trial_id))
+            expected = v.expected_duration_s
+            ending = bool(soon) and expected is not None and v.started_at + expected - now <= soon
+            keys.append((rank, preemptions if fewest else 0, ending, at_risk * slots, v.trial_id))
         return keys
 
     def _lender(self, tenant: str) -> Candidates:
@@ -370,7 +394,8 @@ class Preemptor:
             self._failed_displace.add(tenant)
             young = [at for at, v in self._young.get(tenant, ()) if self._lower(v, trial, band)]
             self._note_young(young)
-            if plain:
+            if plain and not self.over_budget:
+                # a claim refused for the budget alone may pass once it refilled: not memoised
                 until = min(young, default=math.inf)
                 until = min(until, self._until.get(tenant, math.inf))
                 self._memo.displace_failed(memo_key, until)
@@ -425,6 +450,7 @@ class Preemptor:
             self._incoming_total += victim.request.num_slots
         self._left -= len(victims)
         self._failed_incoming = None
+        self.free_part = {}
         ranks = self._with_incoming(pool).place(trial.request)
         if ranks is not None:
             self._consume(ranks, trial.request.gpus_per_worker, pool)
@@ -444,8 +470,12 @@ class Preemptor:
         for node in ranks:
             need[node] = need.get(node, 0) + gpus_per_rank
         taken = 0
+        self.free_part = {}
         for node, gpus in need.items():
-            beyond = max(0, gpus - pool.usable(node))
+            within = min(gpus, pool.usable(node))
+            if within > 0:
+                self.free_part[node] = within
+            beyond = gpus - within
             have = self._incoming.get(node, 0)
             used = min(have, beyond)
             if used:

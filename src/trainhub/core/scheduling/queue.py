@@ -23,6 +23,7 @@ from typing import NamedTuple, overload
 from trainhub.core.resources import ResourceRequest
 from trainhub.core.scheduling.snapshot import QueuedTrial
 from trainhub.core.spec import Placement, Priority
+from trainhub.core.topology import TopologyNeed
 
 OrderKey = tuple[float, ...]
 
@@ -38,6 +39,8 @@ class Shape(NamedTuple):
     single_node: bool
     node_labels: tuple[tuple[str, str], ...]
     memory_gb_per_worker: float
+    topology: TopologyNeed | None = None
+    group_size: int = 1
 
 
 class GroupKey(NamedTuple):
@@ -59,6 +62,8 @@ def shape_of(request: ResourceRequest) -> Shape:
         request.single_node,
         tuple(sorted(labels.items())) if labels else (),
         request.memory_gb_per_worker,
+        request.topology,
+        request.group_size,
     )
 
 

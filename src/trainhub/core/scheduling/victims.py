@@ -29,6 +29,8 @@ class PreemptionRules:
     cooldown_growth: float = 1.0
     # lenders' victims: those preempted fewest times first (before least work at risk)
     fewest_preemptions_first: bool = False
+    # lenders' victims expected to end within this many seconds go after the others (0: off)
+    time_left_s: float = 0.0
 
     def band(self, attained_slot_s: float) -> int:
         return bisect.bisect_right(self.service_thresholds_slot_s, attained_slot_s)

@@ -32,6 +32,7 @@ import operator
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from trainhub.core.entitlement import Standing
 from trainhub.core.resources import Node, ResourceRequest
@@ -109,6 +110,18 @@ class TrialFacts:
         return max(0.0, self.expected_duration_s - self.progress_s)
 
 
+class NodeOverlay(NamedTuple):
+    """A node as its monitor sees it: whether it may take new trials, its hottest GPU's
+    temperature, and, when it may not, why in words ("cordoned", "draining", "unhealthy")."""
+
+    schedulable: bool
+    temperature_c: float | None = None
+    held: str = ""
+    # topology and other labels from the node's agent and `trainhub nodes label` (these win
+    # over the cluster engine's own); None: none known
+    labels: Mapping[str, str] | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class NodeFacts:
     """What is known about one node: capacity, health, labels, GPU temperature.
@@ -124,6 +137,8 @@ class NodeFacts:
     total_memory_gb: float = math.inf
     alive: bool = True
     cordoned: bool = False  # alive, but takes no new trials (cordoned, draining, unhealthy)
+    held: str = ""  # which of those, in words (the queue reason names it)
+    hostname: str | None = None  # as the cluster engine names the machine
     labels: Mapping[str, str] = field(default_factory=dict)
     gpu_model: str | None = None
     # hottest GPU on the node in degrees Celsius, when a monitor reports it
@@ -141,6 +156,7 @@ class NodeFacts:
             labels=node.labels,
             gpu_model=node.gpu_model,
             gpu_temperature_c=node.gpu_temperature_c,
+            hostname=node.hostname,
         )
 
 
@@ -328,14 +344,16 @@ class SnapshotBuilder:
         self._nodes_dirty = True
 
     def update(self, trials: Iterable[TrialFacts] = (), gone: Iterable[int] = ()) -> None:
-        """Record new or changed trials and forget ended ones (ids)."""
+        """Record new or changed trials and forget ended ones (ids). A trial given twice
+        counts as its last facts (the control loop's read and an estimate refresh may both
+        remake it in one tick)."""
         added: list[QueuedTrial] = []
         removed: list[QueuedTrial] = []
         for trial_id in gone:
             old = self._facts.pop(trial_id, None)
             if old is not None:
                 self._drop(old, removed)
-        for facts in trials:
+        for facts in {f.trial_id: f for f in trials}.values():
             old = self._facts.get(facts.trial_id)
             if old is not None:
                 if old is facts:
@@ -439,6 +457,8 @@ class SnapshotBuilder:
             gpu_temperature_c=facts.gpu_temperature_c,
             alive=facts.alive,
             cordoned=facts.cordoned,
+            held=facts.held,
+            hostname=facts.hostname,
             total_memory_gb=facts.total_memory_gb,
             free_memory_gb=facts.total_memory_gb - memory,
         )

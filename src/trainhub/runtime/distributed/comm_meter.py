@@ -15,11 +15,20 @@ backward (model averaging, parameter-server push/pull) is timed directly with
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import json
+import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+
+from trainhub.runtime.protocol import COMM_COUNTS_FILE, ENV_SPOOL_DIR
+
+PUBLISH_INTERVAL_S = 1.0
 
 
 def ring_allreduce_wire_bytes(payload_bytes: int, world_size: int) -> int:
@@ -45,10 +54,24 @@ class CommSnapshot:
 
 
 class CommMeter:
-    """Thread-safe counters; collectives may complete on a backend thread."""
+    """Thread-safe counters; collectives may complete on a backend thread.
 
-    def __init__(self) -> None:
+    Under the control plane (``TRAINHUB_SPOOL_DIR`` set) the counts are also published to the
+    rank's file there at most once a second and at exit: the rank's actor ships them with its
+    namespace's kernel counters (network traffic per tenant, docs/adr/0045). Several meters in
+    one process publish their sum."""
+
+    def __init__(self, publish_to: str | os.PathLike[str] | None = None) -> None:
         self._lock = threading.Lock()
+        spool = publish_to if publish_to is not None else os.environ.get(ENV_SPOOL_DIR)
+        self._published_at = 0.0
+        self._target: Path | None = None
+        if spool:
+            rank = int(os.environ.get("RANK", "0"))
+            self._target = Path(spool) / COMM_COUNTS_FILE.format(rank=rank)
+            _METERS.append(self)
+            if len(_METERS) == 1:
+                atexit.register(_publish_all)
         self._payload = 0
         self._wire = 0
         self._sync_s = 0.0
@@ -61,6 +84,12 @@ class CommMeter:
     def add_allgather(self, payload_bytes: int, world_size: int) -> None:
         self._add(payload_bytes, ring_allgather_wire_bytes(payload_bytes, world_size))
 
+    def add_broadcast(self, payload_bytes: int, world_size: int, rank: int) -> None:
+        """A broadcast of ``payload_bytes``, as a chain in rank order: every rank but the last
+        passes it on (the ring model traffic attribution reads hook counts by)."""
+        if world_size > 1:
+            self._add(payload_bytes, payload_bytes if rank < world_size - 1 else 0)
+
     def add_point_to_point(self, payload_bytes: int) -> None:
         """Bytes sent to another process directly (parameter-server push)."""
         self._add(payload_bytes, payload_bytes)
@@ -70,6 +99,9 @@ class CommMeter:
             self._payload += payload
             self._wire += wire
             self._count += 1
+        if self._target is not None and time.monotonic() - self._published_at >= PUBLISH_INTERVAL_S:
+            self._published_at = time.monotonic()
+            _publish_all()
 
     def mark_gradients_ready(self) -> None:
         """Called by a DDP comm hook for the last bucket of a backward pass."""
@@ -93,6 +125,32 @@ class CommMeter:
         finally:
             self.add_sync_s(time.perf_counter() - start)
 
+    def publish(self) -> None:
+        """Write the counts now (the meter's process may end without running ``atexit``)."""
+        if self._target is not None:
+            _publish_all()
+
     def snapshot(self) -> CommSnapshot:
         with self._lock:
             return CommSnapshot(self._payload, self._wire, self._sync_s, self._count)
+
+
+_METERS: list[CommMeter] = []
+
+
+def _publish_all() -> None:
+    """Write the sum of this process's meters to each target (atomically: a reader never sees
+    half a file); a full disk or a vanished spool loses a sample, never the step."""
+    totals: dict[Path, list[int]] = {}
+    for meter in list(_METERS):
+        if meter._target is None:
+            continue
+        snap = meter.snapshot()
+        sums = totals.setdefault(meter._target, [0, 0])
+        sums[0] += snap.wire_bytes
+        sums[1] += snap.payload_bytes
+    for target, (wire, payload) in totals.items():
+        temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        with contextlib.suppress(OSError):
+            temporary.write_text(json.dumps({"wire_bytes": wire, "payload_bytes": payload}))
+            os.replace(temporary, target)

@@ -111,6 +111,12 @@ class AllReduceStrategy(BuiltinCommStrategy):
             find_unused_parameters=self.section.find_unused_parameters,
             gradient_as_bucket_view=True,
         )
+        # DDP broadcast the module's state from rank 0 as it was made: on the wire too
+        # (docs/adr/0045: the hooks' figure is reconciled with the kernel's)
+        if dist.is_initialized():
+            group = self.process_group
+            state_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+            self.meter.add_broadcast(state_bytes, dist.get_world_size(group), dist.get_rank(group))
         state, hook = self.make_hook()
         ddp.register_comm_hook(state, hook)
         self.hook_state = state

@@ -19,13 +19,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
 from trainhub.runtime.distributed.comm_meter import CommMeter
 
+if TYPE_CHECKING:
+    from trainhub.runtime.distributed.parallel import ParallelModel
+
 PHASES = ("data", "forward", "backward", "optimizer")
+PARALLEL_PHASES = ("bubble", "tp_comm")  # with a ParallelModel
 _T = TypeVar("_T")
 
 
@@ -38,6 +42,9 @@ class StepTimer:
         report_every_steps: :meth:`should_report` turns true every this many steps; ``None``
             leaves the window to the caller (e.g. once per epoch).
         synchronize: synchronise CUDA at phase boundaries.
+        parallel: the model of ``ctx.parallelize``: the pipeline bubble (this rank idle or
+            waiting for another stage) and the tensor-parallel communication inside a phase
+            become their own shares, ``time/bubble_share`` and ``time/tp_comm_share``.
 
     Example (every rank; rank 0 reports):
         >>> timer = StepTimer(meter=prepared.meter, device=device, report_every_steps=50)
@@ -60,19 +67,21 @@ class StepTimer:
         device: torch.device | str | None = None,
         report_every_steps: int | None = None,
         synchronize: bool = True,
+        parallel: ParallelModel | None = None,
     ) -> None:
         if report_every_steps is not None and report_every_steps < 1:
             raise ValueError("report_every_steps must be >= 1")
         self.meter = meter
         self.device = torch.device(device) if device is not None else None
         self.report_every_steps = report_every_steps
+        self.parallel = parallel
         self._cuda_sync = synchronize and self.device is not None and self.device.type == "cuda"
         self._step_start: float | None = None
         self._bytes_at_start = (0, 0)
         self._reset_window()
 
     def _reset_window(self) -> None:
-        self._totals = dict.fromkeys((*PHASES, "sync", "step"), 0.0)
+        self._totals = dict.fromkeys((*PHASES, "sync", "step", *PARALLEL_PHASES), 0.0)
         self._payload = 0
         self._wire = 0
         self._samples = 0
@@ -92,6 +101,12 @@ class StepTimer:
     def _sync_s(self) -> float:
         return self.meter.snapshot().sync_s if self.meter is not None else 0.0
 
+    def _parallel_s(self) -> tuple[float, float]:
+        if self.parallel is None:
+            return 0.0, 0.0
+        times = self.parallel.times
+        return times.bubble_s, times.tp_comm_s
+
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Time one phase (``data``, ``forward``, ``backward`` or ``optimizer``) of this step."""
@@ -100,6 +115,7 @@ class StepTimer:
         self._begin_step_if_needed()
         start = self._now()
         sync_before = self._sync_s()
+        bubble_before, tp_before = self._parallel_s()
         try:
             yield
         finally:
@@ -109,8 +125,13 @@ class StepTimer:
                 waited += self.meter.take_backward_wait(end)
             elapsed = end - start
             waited = min(waited, elapsed)
-            self._totals[name] += elapsed - waited
+            bubble_after, tp_after = self._parallel_s()
+            bubble = min(max(0.0, bubble_after - bubble_before), elapsed - waited)
+            tp_comm = min(max(0.0, tp_after - tp_before), elapsed - waited - bubble)
+            self._totals[name] += elapsed - waited - bubble - tp_comm
             self._totals["sync"] += waited
+            self._totals["bubble"] += bubble
+            self._totals["tp_comm"] += tp_comm
 
     def iter_data(self, loader: Iterable[_T]) -> Iterator[_T]:
         """Iterate ``loader``, charging the time to fetch each batch to ``data``."""
@@ -153,9 +174,9 @@ class StepTimer:
         if self._steps == 0:
             return {}
         step_total = self._totals["step"]
+        names = (*PHASES, "sync", *(PARALLEL_PHASES if self.parallel is not None else ()))
         share = {
-            name: (self._totals[name] / step_total if step_total > 0 else 0.0)
-            for name in (*PHASES, "sync")
+            name: (self._totals[name] / step_total if step_total > 0 else 0.0) for name in names
         }
         metrics = {f"time/{name}_share": value for name, value in share.items()}
         metrics["time/other_share"] = max(0.0, 1.0 - sum(share.values()))

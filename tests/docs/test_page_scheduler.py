@@ -1,0 +1,27 @@
+"""Every runnable block of scheduler.md runs as written, in order, against a server of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.docs.snippets import run_document
+from tests.fixtures.control_plane import REPO, ControlPlaneProcess
+
+PAGE = "scheduler.md"
+TRACES = REPO.parent / "shared" / "traces"
+pytestmark = pytest.mark.skipif(
+    not TRACES.exists(),
+    reason="the page's `trainhub sim` runs read the shared traces (../shared/traces), "
+    "not on this machine",
+)
+
+
+@pytest.mark.e2e
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_runnable_blocks_of_the_page_run(
+    docs_plane: ControlPlaneProcess, tmp_path: Path
+) -> None:
+    run_document(PAGE, docs_plane, tmp_path)
