@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 from trainhub.adapters.db import SqlUnitOfWork, make_engine, migrate
@@ -68,5 +69,34 @@ def test_records_counts_links_and_what_is_in_use(db_url: str, tmp_path: Path) ->
         store.delete(["r1", "r2"])
         assert store.list(None) == []
         assert store.of_experiment(experiment_id) is None
+    finally:
+        engine.dispose()
+
+
+def test_nodes_that_install_at_once_are_each_counted(db_url: str) -> None:
+    """Each node of a placement installs an environment in a thread of its own and counts
+    its build: a count read, raised and written back lost one of two at once (a CI run
+    saw num_builds 1 for two nodes)."""
+    engine = make_engine(db_url)
+    migrate(engine)
+    try:
+        store = SqlEnvironmentStore(engine)
+        store.begin("r", ["a==1"], 1.0)
+        start = threading.Barrier(4)
+
+        def install(node: int) -> None:
+            start.wait()
+            for _ in range(10):
+                store.finish("r", "k", ["a==1"], 10, f"node {node}", 0.1, True, 2.0)
+                store.use("r", [f"n{node}"], 3.0)
+
+        threads = [threading.Thread(target=install, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        record = store.get("r")
+        assert record is not None
+        assert (record.num_builds, record.num_uses) == (40, 40)
     finally:
         engine.dispose()

@@ -130,7 +130,8 @@ class SqlEnvironmentStore:
             row.build_log = build_log
             row.build_s = build_s
             row.built_at = now
-            row.num_builds += 1 if built else 0
+            if built:  # in SQL: nodes that installed it at once each count (no lost update)
+                row.num_builds = EnvironmentRow.num_builds + 1
 
     def fail(self, request_key: str, error: str, build_log: str, now: float) -> None:
         with Session(self.engine) as session, session.begin():
@@ -147,7 +148,7 @@ class SqlEnvironmentStore:
             row = session.get(EnvironmentRow, request_key)
             if row is None:
                 return
-            row.num_uses += 1
+            row.num_uses = EnvironmentRow.num_uses + 1
             row.last_used_at = now
             row.nodes = sorted(set(row.nodes or ()) | set(nodes))
 
