@@ -46,6 +46,7 @@ def spec(
             "rounds": rounds,
             "strategy": "fedavg",
             "min_available_clients": more.pop("min_available_clients", clients),
+            "rejoin_wait_s": more.pop("rejoin", 30),
             "partition": {"dataset": dataset, "scheme": "dirichlet", "alpha": 0.5, "seed": 1},
         },
         **more,
@@ -117,7 +118,11 @@ def test_two_federations_at_once_one_with_a_client_killed_in_round_two(
         workload,
     )
     killed = submit(
-        plane, spec("fl-kill", min_available_clients=3, hparams={"kill_client": "1:2"}), workload
+        plane,
+        # the killed client's restart (a sandboxed Python importing torch and flwr) took more
+        # than the default 30 s on a loaded CI machine: round 3 went on without it
+        spec("fl-kill", min_available_clients=3, hparams={"kill_client": "1:2"}, rejoin=180),
+        workload,
     )
     done = lambda t: t["state"] == "COMPLETED"  # noqa: E731
     plane.wait_for(clean, done, timeout_s=240, what="COMPLETED")

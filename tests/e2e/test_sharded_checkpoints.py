@@ -4,9 +4,9 @@ A real server on a bucket (SeaweedFS) runs a two-rank gloo trial under ``memory.
 rank uploads its own shards (through the control plane, or straight to the bucket with
 presigned URLs), the last rank's report publishes the set's manifest. The first attempt
 checkpoints steps 0-2, then saves step 3 and its rank 1 dies before its upload: that
-checkpoint never becomes visible (not listed, not restored; its rank 0 file sits in the
-bucket without a manifest). The restarted attempt restores step 2, each rank its own shard,
-and finishes; retention deletes whole sets.
+checkpoint never becomes visible (not listed, not restored; its rank 0 file, and rank 1's if
+its upload thread got it out first, sits in the bucket without a manifest). The restarted
+attempt restores step 2, each rank its own shard, and finishes; retention deletes whole sets.
 """
 
 from __future__ import annotations
@@ -163,7 +163,10 @@ def test_a_sharded_checkpoint_is_published_whole_and_each_rank_restores_its_shar
         stored = sum(objects[f"{checkpoint['uuid']}.shards/{m}"] for m in names)
         assert stored == checkpoint["size_bytes"]
     leftovers = [members for u, members in sets.items() if u not in published]
-    # the interrupted step 3: rank 0's files stored (and its report), never published
+    # the interrupted step 3: rank 0's files stored (and its report), never published.
+    # Rank 1's own file may be there too: its upload runs in a thread of its own that can get
+    # it out before the main thread stops the process (a CI run saw that); rank 1's report,
+    # which would publish the set, never went (step 2 was restored above)
     assert leftovers
     assert all("MANIFEST.json" not in m for m in leftovers)
-    assert any("__0_0.distcp" in m and "__1_0.distcp" not in m for m in leftovers)
+    assert any("__0_0.distcp" in m for m in leftovers)

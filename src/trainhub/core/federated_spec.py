@@ -113,6 +113,15 @@ class FederatedSpec(BaseModel):
             "failed for that round.",
         ),
     ] = 600.0
+    rejoin_wait_s: Annotated[
+        float,
+        Field(
+            ge=0,
+            le=3600,
+            description="After a round in which clients failed, how long the next round waits "
+            "for them to be restarted and rejoin before it goes on with the others.",
+        ),
+    ] = 30.0
     partition: PartitionSpec
 
     @property

@@ -41,8 +41,9 @@ Results = list[tuple[ClientProxy, Any]]
 Failures = list[Any]
 # after a round in which clients failed, how long the next round waits for them to rejoin
 # (their supervisor restarts them: a Python start with torch and flwr, seconds on a loaded
-# node) before it goes on with the clients it has; never below min_available_clients
-REJOIN_WAIT_S = 30
+# node) before it goes on with the clients it has; never below min_available_clients.
+# The spec's federated.rejoin_wait_s; this is its default
+REJOIN_WAIT_S = 30.0
 
 
 def _say(text: str) -> None:
@@ -258,13 +259,15 @@ class FederationServer(flwr.server.Server):
         return history, time.perf_counter() - started
 
     def _await_rejoin(self, wanted: int) -> None:
-        """Wait (at most REJOIN_WAIT_S) for ``wanted`` clients after some failed: a killed
-        client is restarted and rejoins; the round goes on without it once the wait is over."""
+        """Wait (at most ``federated.rejoin_wait_s``) for ``wanted`` clients after some failed:
+        a killed client is restarted and rejoins; the round goes on without it once the wait
+        is over."""
         have = self._client_manager.num_available()
         if have >= wanted:
             return
-        _say(f"waiting up to {REJOIN_WAIT_S} s for {wanted - have} client(s) to rejoin")
-        if not self._client_manager.wait_for(wanted, timeout=REJOIN_WAIT_S):
+        wait_s = float(self.federated.get("rejoin_wait_s", REJOIN_WAIT_S))
+        _say(f"waiting up to {wait_s:g} s for {wanted - have} client(s) to rejoin")
+        if not self._client_manager.wait_for(wanted, timeout=int(wait_s)):
             have = self._client_manager.num_available()
             _say(f"going on with {have} clients")
 
