@@ -162,17 +162,6 @@ async def put_member(
     return MemberPublic(name=name, size_bytes=stored, sha256=digest.hexdigest())
 
 
-def _upload_public(found: Any) -> DirectUploadPublic:
-    return DirectUploadPublic(
-        route="direct",
-        upload_id=found.upload_id,
-        part_bytes=found.part_bytes,
-        urls=list(found.urls),
-        stored=dict(found.stored),
-        expires_in_s=found.expires_s,
-    )
-
-
 @router.post(
     "/{trial_id}/checkpoints/sets/{uuid}/members/{name}/direct",
     response_model=DirectUploadPublic,
@@ -195,7 +184,7 @@ def begin_direct_member(
     found = sets.begin_direct_member(target, body.size_bytes)
     if found is None:
         return DirectUploadPublic(route="control-plane")
-    return _upload_public(found)
+    return DirectUploadPublic.direct(found)
 
 
 @router.post(

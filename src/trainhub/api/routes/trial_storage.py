@@ -19,6 +19,7 @@ from trainhub.api.schemas import CheckpointPublic
 from trainhub.core.limits import INT64_MAX
 from trainhub.service.container import Services
 from trainhub.service.direct_checkpoints import CheckpointMeta, DirectCheckpoints
+from trainhub.service.ports import DirectUpload
 from trainhub.service.records import Checkpoint
 
 router = APIRouter(prefix="/trials", tags=["trials"])
@@ -64,6 +65,18 @@ class DirectUploadPublic(BaseModel):
         None, description="Route 'stored': this uuid is registered already (a retry)."
     )
 
+    @classmethod
+    def direct(cls, found: DirectUpload) -> DirectUploadPublic:
+        """Route ``direct``: the signed part URLs of ``found``."""
+        return cls(
+            route="direct",
+            upload_id=found.upload_id,
+            part_bytes=found.part_bytes,
+            urls=list(found.urls),
+            stored=dict(found.stored),
+            expires_in_s=found.expires_s,
+        )
+
 
 class DirectDownloadPublic(BaseModel):
     route: Literal["direct", "control-plane"]
@@ -92,14 +105,7 @@ async def begin_direct_checkpoint(
         return DirectUploadPublic(route="control-plane")
     if isinstance(found, Checkpoint):
         return DirectUploadPublic(route="stored", checkpoint=CheckpointPublic.of(found))
-    return DirectUploadPublic(
-        route="direct",
-        upload_id=found.upload_id,
-        part_bytes=found.part_bytes,
-        urls=list(found.urls),
-        stored=dict(found.stored),
-        expires_in_s=found.expires_s,
-    )
+    return DirectUploadPublic.direct(found)
 
 
 @router.post(
