@@ -77,6 +77,19 @@ class ControlPlaneClient:
     def close(self) -> None:
         self._http.close()
 
+    def _read_ranges(self, plan: dict[str, Any], destination: Path, issued_at: float) -> None:
+        """Read the object of a ``direct`` plan from the bucket in parallel ranges."""
+        from trainhub.runtime import direct_storage  # boto-free; imported where it is used
+
+        direct_storage.download_ranges(
+            str(plan["url"]),
+            int(plan["size_bytes"]),
+            destination,
+            issued_at=issued_at,
+            expires_s=float(plan.get("expires_in_s") or 0),
+            timeout_s=max(self._timeout_s, 60.0),
+        )
+
     def _timeout(self, budget_s: float | None) -> float:
         if budget_s is None or not math.isfinite(budget_s):
             return self._timeout_s
@@ -257,14 +270,7 @@ class ControlPlaneClient:
             self._route = "control-plane"
             return False
         try:
-            direct_storage.download_ranges(
-                str(plan["url"]),
-                int(plan["size_bytes"]),
-                destination,
-                issued_at=issued_at,
-                expires_s=float(plan.get("expires_in_s") or 0),
-                timeout_s=max(self._timeout_s, 60.0),
-            )
+            self._read_ranges(plan, destination, issued_at)
         except direct_storage.BucketUnreachable as exc:
             logger.warning(
                 "the bucket is unreachable from here (%s): restores go through the control plane",
@@ -415,14 +421,7 @@ class ControlPlaneClient:
                 plan = _json(response, what)
                 if isinstance(plan, dict) and plan.get("route") == "direct":
                     try:
-                        direct_storage.download_ranges(
-                            str(plan["url"]),
-                            int(plan["size_bytes"]),
-                            partial,
-                            issued_at=issued_at,
-                            expires_s=float(plan.get("expires_in_s") or 0),
-                            timeout_s=max(self._timeout_s, 60.0),
-                        )
+                        self._read_ranges(plan, partial, issued_at)
                     except direct_storage.BucketUnreachable as exc:
                         logger.warning("the bucket is unreachable from here (%s)", exc)
                         self._route = "control-plane"
