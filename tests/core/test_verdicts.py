@@ -71,7 +71,7 @@ def test_running_exits_failures_and_losses() -> None:
         AttemptPhase.RUNNING, (Rank(0, RankPhase.RUNNING), Rank(1, RankPhase.EXITED, 2))
     )
     assert judge(facts(), broken, 5, LIMITS) == EndAttempt(
-        AttemptOutcome.FAILED, "rank 1 exited with code 2", stop_others=True
+        AttemptOutcome.FAILED, "rank 1 exited with code 2", stop_others=True, rank=1
     )
     lost = Status(AttemptPhase.LOST, detail="rank 0 lost: node died")
     assert judge(facts(), lost, 5, LIMITS).outcome == AttemptOutcome.LOST  # type: ignore[union-attr]

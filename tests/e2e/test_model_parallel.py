@@ -52,8 +52,10 @@ def test_pp2_tp2_trial_resumes_across_a_kill_with_one_process_losses(
     )
     assert wrong["state"] == "FAILED"
     assert wrong["num_restarts"] == 0
-    assert "refused the spec (exit code 78)" in wrong["attempts"][-1]["detail"], wrong["attempts"]
-    assert "'blocks.9' names no layer" in control_plane.log(refused_id, 0)
+    detail = wrong["attempts"][-1]["detail"]
+    assert "refused the spec (exit code 78)" in detail, wrong["attempts"]
+    # the refusing rank's words, whichever rank got there first (the other is stopped)
+    assert "'blocks.9' names no layer" in detail, detail
 
     trial = control_plane.wait_for(
         trial_id, lambda t: t["state"] in ("COMPLETED", "FAILED"), timeout_s=300, what="done"

@@ -89,8 +89,12 @@ def test_a_server_and_two_clients_run_rounds_and_resume(tmp_path: Path) -> None:
     assert "federation ready: 2 clients connected" in out
     assert "round 1: 2 clients trained" in out
     lines = [json.loads(x) for x in (tmp_path / "trainhub-metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [1]
-    values = lines[0]
+    # two reports of round 1: its metrics before its checkpoint, its timing after it
+    assert [line["step"] for line in lines] == [1, 1]
+    assert "val_loss" in lines[0], lines[0]
+    assert "checkpoint_s" not in lines[0], lines[0]
+    assert "checkpoint_s" in lines[1], lines[1]
+    values = {**lines[0], **lines[1]}
     assert values["clients_fit"] == 2
     assert values["clients_failed"] == 0
     assert values["client1/bytes_sent"] > 0

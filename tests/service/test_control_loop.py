@@ -213,6 +213,22 @@ def test_a_refused_spec_fails_the_trial_without_restarts(h: LoopHarness) -> None
     assert len(h.attempts(trial_id)) == 1
 
 
+def test_the_refusing_rank_is_quoted_not_the_one_stopped_after_it(h: LoopHarness) -> None:
+    trial_id = h.submit(SPEC + "max_restarts: 3\n")
+    key = start_running(h, trial_id)
+    stopped = b"trainhub: SIGTERM received; flushing metrics and checkpoints, then exiting\n"
+    said = b"trainhub.runtime.errors.SpecRefused: split_points: 'blocks.9' names no layer\n"
+    h.executor.exit(key, [SIGTERM_EXIT, protocol.EXIT_SPEC_REFUSED], {0: stopped, 1: said})
+    h.tick()
+    trial = h.trial(trial_id)
+    assert trial.message is not None
+    assert trial.message.startswith("rank 1 refused the spec (exit code 78)")
+    assert "rank 1 said: trainhub.runtime.errors.SpecRefused: split_points: 'blocks.9'" in (
+        trial.message
+    )
+    assert "SIGTERM received" not in trial.message
+
+
 def test_a_lost_rank_breaks_the_gang_and_the_others_are_stopped(h: LoopHarness) -> None:
     trial_id = h.submit(SPEC)
     key = start_running(h, trial_id)

@@ -108,12 +108,15 @@ class EndAttempt:
 
     ``stop_others``: some ranks may still run (the gang is broken): terminate them first.
     ``exit_codes_final``: ask the executor once more for the exit codes after stopping.
+    ``rank``: the rank whose exit the verdict blames (what it said last is the likely cause;
+    the ranks stopped after it only say they were stopped).
     """
 
     outcome: AttemptOutcome
     detail: str
     stop_others: bool = False
     retry: bool = True  # False: another attempt would fail the same way (a refused spec)
+    rank: int | None = None
 
 
 Verdict = Wait | MarkRunning | RequestStop | Terminate | EndAttempt
@@ -151,6 +154,7 @@ def judge(facts: AttemptFacts, status: AttemptReport, now: float, limits: Attemp
             "another attempt would fail the same way, so it is not restarted",
             stop_others=True,
             retry=False,
+            rank=refused[0].rank,
         )
     never_joined = [r for r in failed if r.exit_code == EXIT_CLIENT_NEVER_JOINED]
     if never_joined:
@@ -162,6 +166,7 @@ def judge(facts: AttemptFacts, status: AttemptReport, now: float, limits: Attemp
             "same way, so it is not restarted",
             stop_others=True,
             retry=False,
+            rank=first.rank,
         )
     if failed:
         # a rank whose end is explained (over its memory) is the cause the others followed
@@ -170,6 +175,7 @@ def judge(facts: AttemptFacts, status: AttemptReport, now: float, limits: Attemp
             AttemptOutcome.FAILED,
             first.detail or f"rank {first.rank} exited with code {first.exit_code}",
             stop_others=True,
+            rank=first.rank,
         )
     if lost:
         return EndAttempt(

@@ -427,9 +427,11 @@ class ControlLoop:
             exit_codes = tuple(r.exit_code for r in ranks)
             failed = [r.rank for r in ranks if r.exit_code not in (0, None)]
             if verdict.outcome == AttemptOutcome.FAILED and failed:
-                # what the script said last is most often why it failed
-                said = self._last_log_line(record, attempt, failed[0])
-                detail = f"{detail}; rank {failed[0]} said: {said}" if said else detail
+                # what the script said last is most often why it failed: the rank the verdict
+                # blames, not one that only says it was stopped after it
+                blamed = verdict.rank if verdict.rank in failed else failed[0]
+                said = self._last_log_line(record, attempt, blamed)
+                detail = f"{detail}; rank {blamed} said: {said}" if said else detail
         return _Ending(record.id, attempt, verdict, detail, exit_codes)
 
     def _end_all(self, endings: Sequence[_Ending]) -> None:

@@ -67,8 +67,12 @@ def server_listens(tries: int = 3, pause_s: float = 1.0) -> bool:
 
 def supervise(argv: list[str], client: int, federated: dict[str, object]) -> int:
     """Run client ``client``'s command until it ends well, restarting it as needed."""
-    state = Path(tempfile.mkdtemp(prefix=f"federated-client{client}-"))
-    joined = state / "joined"
+    # the "joined" mark lives for the supervisor only (removed on return and on a signal)
+    with tempfile.TemporaryDirectory(prefix=f"federated-client{client}-") as state:
+        return _supervise(argv, client, Path(state) / "joined")
+
+
+def _supervise(argv: list[str], client: int, joined: Path) -> int:
     env = {k: v for k, v in os.environ.items() if k not in _PRIVATE}
     env.update(
         {

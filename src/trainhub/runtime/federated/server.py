@@ -240,6 +240,10 @@ class FederationServer(flwr.server.Server):
             marks.append(time.perf_counter())
             failed = fit_failures or eval_failures
             wanted = connected if failed or self._client_manager.num_available() < connected else 0
+            # the round's metrics are queued before its checkpoint: the upload delivers what
+            # was reported before registering it, so a server killed once the checkpoint is
+            # visible (and resumed after this round) has lost none of them
+            self._report(round_no, loss, fit_results, fit_failures, eval_results)
             self._checkpoint(round_no)
             marks.append(time.perf_counter())
             wall = marks[-1] - began
@@ -251,7 +255,8 @@ class FederationServer(flwr.server.Server):
                 )
             )
             phases["bookkeeping_s"] = marks[0] - began  # the previous round's report, stop check
-            self._report(round_no, wall, loss, fit_results, fit_failures, eval_results, phases)
+            self._report_time(round_no, wall, fit_results, eval_results, phases)
+            self.ctx.set_progress(round_no, total=int(self.federated["rounds"]), unit="rounds")
             if self.ctx.should_stop():
                 _say(f"stopping after round {round_no}: {self.ctx.stop_reason}")
                 break
@@ -289,16 +294,14 @@ class FederationServer(flwr.server.Server):
     def _report(
         self,
         round_no: int,
-        wall: float,
         loss: float | None,
         fit_results: Results,
         fit_failures: Failures,
         eval_results: Results,
-        phases: dict[str, float],
     ) -> None:
-        metrics: dict[str, float] = dict(phases)
-        fit_s = [float(r.metrics.get("fit_s", 0.0)) for _, r in fit_results]
-        eval_s = [float(r.metrics.get("eval_s", 0.0)) for _, r in eval_results]
+        """The round's aggregate and per-client metrics (its timing follows the checkpoint:
+        :meth:`_report_time`)."""
+        metrics: dict[str, float] = {}
         per_client: dict[int, dict[str, float]] = {}
         for results in (fit_results, eval_results):
             for _, res in results:
@@ -342,23 +345,34 @@ class FederationServer(flwr.server.Server):
                 "bytes_sent": sum(sent),
                 "bytes_received": sum(received),
                 "bytes_per_client": (sum(sent) + sum(received)) / max(1, len(per_client)),
-                "round_s": wall,
-                "aggregate_s": self.tracked.aggregate_s,
-                "round_overhead_s": max(
-                    0.0,
-                    wall
-                    - max(fit_s, default=0.0)
-                    - max(eval_s, default=0.0)
-                    - self.tracked.aggregate_s,
-                ),
             }
         )
         self.ctx.report(step=round_no, **metrics)
-        self.ctx.set_progress(round_no, total=int(self.federated["rounds"]), unit="rounds")
         failed = f", {len(fit_failures)} failed" if fit_failures else ""
         accuracy = metrics.get("val_accuracy")
         said = f", val_accuracy {accuracy:.4f}" if accuracy is not None else ""
         _say(f"round {round_no}: {len(fit_results)} clients trained{failed}{said}")
+
+    def _report_time(
+        self,
+        round_no: int,
+        wall: float,
+        fit_results: Results,
+        eval_results: Results,
+        phases: dict[str, float],
+    ) -> None:
+        """Where the round's time went, its checkpoint included (merged into the round's
+        metrics; lost only with a server killed between the two reports)."""
+        fit_s = [float(r.metrics.get("fit_s", 0.0)) for _, r in fit_results]
+        eval_s = [float(r.metrics.get("eval_s", 0.0)) for _, r in eval_results]
+        overhead = wall - max(fit_s, default=0.0) - max(eval_s, default=0.0)
+        self.ctx.report(
+            step=round_no,
+            **phases,
+            round_s=wall,
+            aggregate_s=self.tracked.aggregate_s,
+            round_overhead_s=max(0.0, overhead - self.tracked.aggregate_s),
+        )
 
 
 def run(federated: dict[str, Any], address: str) -> int:
