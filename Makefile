@@ -9,7 +9,9 @@ STAMP := $(VENV)/.installed
 # pytest-xdist workers of `make test`/`make test-fast` (tests/fixtures/parallel.py); most tests
 # wait (Ray, servers, subprocesses) more than they compute, so more workers than cores pay
 PYTEST_WORKERS ?= 3
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
+# --no-loadscope-reorder: files go out in the order tests/fixtures/parallel.py gives them (the
+# longest first), not by their number of tests
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # `make test-fast`: the layers a change usually touches, without Ray, end-to-end, Chromium and
 # the slow ones (tests/fixtures/parallel.py marks tests by the fixtures they use)
 FAST_PATHS := tests/core tests/service tests/api tests/cli tests/sim tests/client
