@@ -74,7 +74,14 @@ if os.environ.get("SERVE_S"):
     else:
         with socket.create_connection((os.environ["MASTER_ADDR"], int(port)), timeout=10) as s:
             print("PEER_SAYS", s.recv(5).decode(), flush=True)
+else:
+    dist.barrier()  # both ranks done with the group (X's rank 0 serves on until stopped)
+dist.destroy_process_group()
 print("DONE", flush=True)
+# no interpreter exit: a gloo rank whose peer has left may abort or hang in torch's destructors
+# at exit ("terminate called without an active exception", code 134), which is not what this
+# test is about
+os._exit(0)
 """
 
 
