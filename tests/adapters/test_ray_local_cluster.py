@@ -19,6 +19,7 @@ from trainhub.adapters.ray_executor.local_cluster import (
     ensure_local_ray,
     head_answers,
     read_record,
+    start_timed_out,
     stop_local_ray,
 )
 
@@ -69,3 +70,15 @@ def test_a_failed_start_finds_the_processes_that_name_only_its_gcs_port(tmp_path
         other.kill()
         ours.wait()
         other.wait()
+
+
+def test_a_start_that_ran_out_of_time_is_told_from_one_that_cannot_work() -> None:
+    # what `ray start` printed on a loaded machine (a node joining a GCS that answered late; a
+    # head whose raylet did not register), against a refusal another try would repeat
+    joined_late = (
+        "INFO node.py:438 -- Failed to get node info b'RPC error: Deadline Exceeded'\n"
+        "Traceback (most recent call last):"
+    )
+    assert start_timed_out(joined_late)
+    assert start_timed_out("The node registration to the GCS timed out after 30 s")
+    assert not start_timed_out("Error: Invalid value for '--num-cpus': 'two' is not a valid float")

@@ -145,6 +145,7 @@ def ray_start_in_namespace(
     from trainhub.adapters.ray_executor.local_cluster import (
         START_ATTEMPTS,
         one_ray_start_at_a_time,
+        start_timed_out,
     )
 
     for attempt in range(START_ATTEMPTS):
@@ -156,7 +157,7 @@ def ray_start_in_namespace(
         if result.returncode == 0:
             return
         output = log.read_text(errors="replace")
-        if attempt + 1 == START_ATTEMPTS or "timed out during startup" not in output:
+        if attempt + 1 == START_ATTEMPTS or not start_timed_out(output):
             raise RuntimeError(f"ray start in {namespace} failed: {output[-3000:]}")
         _kill_namespace_processes(namespace)
 

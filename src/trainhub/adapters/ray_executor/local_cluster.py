@@ -42,8 +42,13 @@ _START_TIMEOUT_S = 90.0
 _LEAN_ARGS = ("--no-monitor", "--include-log-monitor=false")
 _LEAN_ENV = {"RAY_prestart_worker_first_driver": "0"}
 START_ATTEMPTS = 2
-# what ``ray start`` prints when its node did not come up in time (a loaded machine)
-_START_TIMEOUT_SIGNS = ("timed out during startup", "The node registration")
+# what ``ray start`` prints when its node did not come up in time (a loaded machine); the last:
+# a node joining a head whose GCS did not answer within its deadline
+_START_TIMEOUT_SIGNS = (
+    "timed out during startup",
+    "The node registration",
+    "Failed to get node info b'RPC error: Deadline Exceeded'",
+)
 _STOP_GRACE_S = 2.0  # raylet and gcs_server often ignore SIGTERM for longer
 
 
@@ -143,12 +148,13 @@ def _start_head(
         try:
             return _start_head_once(state_dir, num_cpus, num_gpus, lean, timeout_s)
         except LocalRayError as exc:
-            if attempt + 1 == START_ATTEMPTS or not _start_timed_out(str(exc)):
+            if attempt + 1 == START_ATTEMPTS or not start_timed_out(str(exc)):
                 raise
     raise AssertionError("unreachable")
 
 
-def _start_timed_out(output: str) -> bool:
+def start_timed_out(output: str) -> bool:
+    """Whether ``ray start`` failed for want of time (another try may succeed)."""
     return any(sign in output for sign in _START_TIMEOUT_SIGNS)
 
 
