@@ -13,9 +13,10 @@ the fast-start parts off (``warm_pool_size=0``, ``hosted_ranks=False``: an actor
 process, per rank and a fresh interpreter per rank), then ``warm`` with the defaults (a warm
 pool of ``--pool`` per node, ranks run by the node's rank host: ADR 0028, 0031). A warm-up
 trial before each arm is not counted (page cache, Ray's first worker processes, the rank
-host's start). The pool serves unsandboxed ranks only (ADR 0028), so ``--sandbox`` defaults to
-``none``; with ``--sandbox auto``/``bwrap`` the warm arm has the rank host only
-(``warm_ranks`` says how many ranks came from the pool).
+host's start). ``--sandbox`` defaults to ``auto``, what a server picks: bwrap where it works.
+The pool serves sandboxed ranks where the node agent is root (ADR 0048) and unsandboxed ones
+(ADR 0028); elsewhere the warm arm has the rank host only (``warm_ranks`` says how many ranks
+came from the pool).
 
     HOME=$(mktemp -d) .venv/bin/python benchmarks/first_step.py [--trials 20] [--cold-trials 10]
 """
@@ -123,8 +124,8 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=2, help="warm pool size per node")
     parser.add_argument(
         "--sandbox",
-        default="none",
-        help="none (default: the warm pool serves only unsandboxed ranks, ADR 0028) | auto | bwrap",
+        default="auto",
+        help="auto (default: bwrap where it works, as a server picks) | bwrap | none",
     )
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="trainhub-first-step-"))

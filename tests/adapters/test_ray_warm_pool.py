@@ -4,6 +4,7 @@ code ran, no slot held, size 0 runs no pool, and the ranks it must not serve sta
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 import time
 from dataclasses import replace
@@ -152,15 +153,23 @@ def test_size_zero_runs_no_pool_and_ranks_start_cold(
 def test_what_the_pool_must_not_serve() -> None:
     python = ("python", "train.py")
     assert warm_pool.cold_reason(python, "none", None) is None
-    assert "sandbox" in (warm_pool.cold_reason(python, "bwrap", None) or "")
+    # a sandboxed rank: warm from a root agent's zygote (warm_sandbox.py), CPU ranks only
+    assert warm_pool.cold_reason(python, "bwrap", None, root=True) is None
+    assert "unprivileged" in (warm_pool.cold_reason(python, "bwrap", None, root=False) or "")
+    assert "GPU" in (warm_pool.cold_reason(python, "bwrap", None, gpus=True, root=True) or "")
     assert "environment" in (warm_pool.cold_reason(python, "none", "/envs/x") or "")
     for argv in (("torchrun", "train.py"), ("python", "-m", "pkg"), ("python", "-u", "t.py")):
         assert warm_pool.cold_reason(argv, "none", None) is not None
 
 
-def test_a_sandboxed_executor_runs_no_pool(ray_address: str) -> None:
-    executor = RayExecutor(ray_address, namespace=TEST_NAMESPACE, sandbox="bwrap", warm_pool_size=4)
-    assert executor.warm_pool_size == 0
+def test_a_sandboxed_executor_runs_a_pool_where_its_agent_is_root(ray_address: str) -> None:
+    try:
+        executor = RayExecutor(
+            ray_address, namespace=TEST_NAMESPACE, sandbox="bwrap", warm_pool_size=4
+        )
+        assert executor.warm_pool_size == (4 if os.geteuid() == 0 else 0)
+    finally:
+        warm_pool.stop_pools(TEST_NAMESPACE)
 
 
 def test_a_warm_rank_is_terminated_like_a_cold_one(warm_executor: RayExecutor) -> None:

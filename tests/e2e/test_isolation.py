@@ -8,6 +8,7 @@ revoked when the attempt ends. Skipped where bwrap cannot sandbox a process here
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -107,6 +108,9 @@ def test_a_sandboxed_trial_reaches_nothing_of_others(
     victim = first["trials"][0]["id"]
     plane.wait_for(victim, lambda t: t["state"] == "COMPLETED", what="COMPLETED", timeout_s=120)
 
+    # as root, the escaper comes from the warm pool once its zygote listens (ADR 0048): the
+    # same attacks against a process forked into its sandbox instead of exec'd there by bwrap
+    warm = os.geteuid() == 0 and _pool_listens(ray_head / "work", since=plane.started_at)
     second = plane.submit(escape_spec("escaper", targets(plane, ray_head, victim)), code)
     trial_id = second["trials"][0]["id"]
     plane.wait_for(trial_id, lambda t: t["state"] == "COMPLETED", what="COMPLETED", timeout_s=120)
@@ -118,6 +122,7 @@ def test_a_sandboxed_trial_reaches_nothing_of_others(
     assert allowed == {}, log
     assert "OWN_SIGNALS 200" in log  # the token works for its own trial while it runs
     assert "ESCAPES DONE" in log
+    assert f"WARM_START {warm}" in log
 
     # the checkpoint folder lived outside the sandbox, under the storage root, and retention
     # removed it when its trial ended (issue 24: it must not outlive the trial uncounted)
@@ -136,6 +141,18 @@ def test_a_sandboxed_trial_reaches_nothing_of_others(
         timeout=10,
     )
     assert response.status_code == 401
+
+
+def _pool_listens(work_root: Path, since: float, timeout_s: float = 120.0) -> bool:
+    """Await the warm pool's socket a zygote made after ``since`` (warm_pool.socket_path)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for found in work_root.glob("*/warm-pool.sock"):
+            with contextlib.suppress(OSError):
+                if found.stat().st_mtime >= since:
+                    return True
+        time.sleep(0.5)
+    return False
 
 
 def test_state_is_readable_by_the_server_user_only(sandboxed_plane: ControlPlaneProcess) -> None:

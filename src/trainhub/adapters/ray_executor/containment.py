@@ -129,6 +129,15 @@ class Containment:
         """Descriptors the rank's bwrap must inherit (the seccomp program)."""
         return (self._seccomp_fd,) if self._seccomp_fd is not None else ()
 
+    def cgroup_procs(self) -> list[str]:
+        """The files a process of the rank writes to, to join its cgroup (none: no cgroup)."""
+        return self.cgroup.procs_files() if self.cgroup is not None else []
+
+    def seccomp_program(self) -> bytes | None:
+        """The filter's program, for a rank that installs it itself (warm_sandbox.py)."""
+        denied = self.profile.denied_syscalls
+        return seccomp.compiled_filter(denied) if denied else None
+
     def enter(self) -> None:
         """In the forked child, before exec: join the cgroup, then the trial's network."""
         if self.cgroup is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import re
 import secrets
 import threading
@@ -127,7 +128,8 @@ class RayExecutor:
         isolation: the nodes' containment settings (cgroups, a network per trial, seccomp:
             core/isolation.py); applied to sandboxed ranks only.
         warm_pool_size: idle processes with torch imported kept on each node (warm_pool.py);
-            used by unsandboxed ranks only.
+            used by unsandboxed ranks, and by sandboxed CPU ranks where the node agent is root
+            (warm_sandbox.py); none where every rank would start cold anyway.
         hosted_ranks: CPU ranks placed on exact nodes run in the node's rank host
             (rank_host.py) instead of an actor each: no Ray worker process to start per rank.
         session_relay: ``auto`` reaches a session's server on this control plane's own Ray
@@ -180,7 +182,8 @@ class RayExecutor:
         self.session_relay = session_relay
         self._lock = threading.RLock()
         self._connection = connect(address, namespace)
-        self.warm_pool_size = warm_pool_size if sandbox == "none" else 0
+        served = sandbox == "none" or os.geteuid() == 0  # warm_pool.cold_reason
+        self.warm_pool_size = warm_pool_size if served else 0
         self._warm_nodes: frozenset[str] = frozenset()
         self._ensure_warm_pools()
         self.hosted_ranks = hosted_ranks
@@ -189,7 +192,7 @@ class RayExecutor:
             self._ensure_hosts()
 
     def _ensure_warm_pools(self) -> None:
-        """A warm pool on every node (warm_pool.py); only a sandbox-free executor uses one."""
+        """A warm pool on every node (warm_pool.py), where the executor's ranks may use one."""
         nodes = frozenset(n["NodeID"] for n in _ray_nodes() if n.get("Alive"))
         if nodes == self._warm_nodes:
             return

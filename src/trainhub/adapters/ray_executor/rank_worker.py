@@ -36,7 +36,7 @@ import ray
 
 from trainhub.adapters import sandbox, session_relay, trial_traffic
 from trainhub.adapters.dataset_cache import DatasetCache
-from trainhub.adapters.ray_executor import warm_pool
+from trainhub.adapters.ray_executor import warm_pool, warm_sandbox
 from trainhub.adapters.ray_executor.containment import Containment
 from trainhub.adapters.ray_executor.disk_usage import DiskMeter
 from trainhub.adapters.ray_executor.gpus import gpu_view
@@ -156,6 +156,10 @@ class RankReport:
     hooks_wire_bytes: int | None = None
 
 
+# a rank's process: started cold, forked by the zygote, or forked into a sandbox started for it
+_Process = subprocess.Popen[bytes] | warm_pool.WarmProcess | warm_sandbox.SandboxedRank
+
+
 class RankWorker:
     """Runs, watches, signals and cleans up the process tree of one rank."""
 
@@ -166,7 +170,9 @@ class RankWorker:
         self._phase = WAITING
         self._exit_code: int | None = None
         self._detail = ""
-        self._proc: subprocess.Popen[bytes] | warm_pool.WarmProcess | None = None
+        self._proc: _Process | None = None
+        self._plan: sandbox.SandboxPlan | None = None  # a sandboxed rank's (warm_sandbox.py)
+        self._bwrap = ""
         self._stopping = False  # terminate/cleanup asked: do not start, do not fail fast
         self._tree: dict[int, psutil.Process] = {}  # descendants seen; safe from pid reuse
         self._node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
@@ -338,7 +344,7 @@ class RankWorker:
                     return
                 parent = os.getpid()
                 contained = self._containment
-                self._proc = self._start_warm(argv, env, cwd, launched)
+                self._proc = self._start_warm(env, cwd, launched, log.fileno(), parent)
                 if self._proc is None:
                     self._proc = subprocess.Popen(
                         argv,
@@ -421,15 +427,46 @@ class RankWorker:
             )
 
     def _start_warm(
-        self, argv: list[str], env: dict[str, str], cwd: Path, launched: str | None
-    ) -> warm_pool.WarmProcess | None:
-        """The rank from the node's warm pool, when it may come from there (warm_pool.py)."""
-        spec = self._spec
-        if warm_pool.cold_reason(argv, spec.sandbox, spec.environment_dir) is not None:
+        self, env: dict[str, str], cwd: Path, launched: str | None, log: int, parent: int
+    ) -> _Process | None:
+        """The rank from the node's warm pool, when it may come from there (warm_pool.py); a
+        sandboxed rank joins a sandbox started for it here (warm_sandbox.py)."""
+        spec, plan = self._spec, self._plan
+        gpus = bool(self._gpu_ids)
+        if warm_pool.cold_reason(spec.argv, spec.sandbox, spec.environment_dir, gpus=gpus):
+            return None
+        path = warm_pool.socket_path(self._attempt_dir.parent)
+        if not warm_pool.available(path):
             return None
         warm_env = {**env, STARTUP_ENV: startup_marks(launched, self._actor_at, warm=True)}
-        path = warm_pool.socket_path(self._attempt_dir.parent)
-        return warm_pool.spawn(path, argv, warm_env, cwd, self._log_path, STARTUP_ENV)
+        if plan is None:
+            return warm_pool.spawn(path, spec.argv, warm_env, cwd, self._log_path, STARTUP_ENV)
+        if plan.uid is None or plan.devices:
+            return None
+        contained = self._containment
+        try:
+            holder = warm_sandbox.start_holder(
+                sandbox.bwrap_argv(self._bwrap, plan, warm_sandbox.HOLDER_ARGV),
+                lambda: _prepare_child(parent, contained),
+                contained.pass_fds() if contained else (),
+                log,
+            )
+        except (OSError, warm_sandbox.SandboxJoinError):
+            return None  # the cold start says why, from bwrap itself
+        join = warm_sandbox.assignment(
+            holder,
+            plan.uid,
+            plan.cwd,
+            contained.cgroup_procs() if contained else (),
+            contained.seccomp_program() if contained else None,
+        )
+        rank = warm_pool.spawn(
+            path, spec.argv, warm_env, Path(plan.cwd), self._log_path, STARTUP_ENV, join
+        )
+        if rank is None:
+            holder.close()
+            return None
+        return warm_sandbox.SandboxedRank(rank, holder)
 
     def _after_exit(self, code: int) -> None:
         """A rank failed: the gang cannot finish, so stop the others (torchrun does the same)."""
@@ -539,6 +576,7 @@ class RankWorker:
                 node_ip=self._node_ip,
             )
             plan = self._containment.sandbox_plan(plan)
+        self._plan, self._bwrap = plan, bwrap
         return sandbox.bwrap_argv(bwrap, plan, spec.argv), env, code_dir
 
     def _torchrun_variables(self, nodes: list[str]) -> dict[str, str]:

@@ -5,8 +5,9 @@ resource at all (``num_cpus=0``, no placement group), so it never holds a slot, 
 node's zygote. A rank's actor (rank_worker.py) asks the zygote for a rank with :func:`spawn`
 when :func:`cold_reason` finds nothing against it, and starts the rank cold otherwise:
 
-- the trial runs in a sandbox: bwrap builds a rank's view of the filesystem by exec'ing it, and
-  a process forked from a zygote cannot enter that view afterwards (ADR 0028);
+- the trial runs in a sandbox and the node agent is not root, or the rank has GPUs: a root
+  agent's zygote hands sandboxed CPU ranks out into a sandbox bwrap built around a holder
+  process (warm_sandbox.py, ADR 0048);
 - the trial has its own environment (a venv over the base): the zygote imported the base's
   packages, which the environment may replace;
 - the entrypoint is not ``python SCRIPT.py ...`` on the node's interpreter (``torchrun``,
@@ -119,10 +120,23 @@ def warm_rank_environment(
     return ranks.get(session)
 
 
-def cold_reason(argv: Sequence[str], sandbox_mode: str, environment_dir: str | None) -> str | None:
-    """Why this rank must start cold, or None when the warm pool may start it."""
+def cold_reason(
+    argv: Sequence[str],
+    sandbox_mode: str,
+    environment_dir: str | None,
+    *,
+    gpus: bool = False,
+    root: bool | None = None,
+) -> str | None:
+    """Why this rank must start cold, or None when the warm pool may start it.
+
+    A sandboxed rank comes warm where the node agent is root and the rank has no GPU
+    (warm_sandbox.py says why)."""
     if sandbox_mode != "none":
-        return f"the rank runs in a {sandbox_mode} sandbox"
+        if not (os.geteuid() == 0 if root is None else root):
+            return f"the rank runs in a {sandbox_mode} sandbox of an unprivileged node agent"
+        if gpus:
+            return f"the rank runs on GPUs in a {sandbox_mode} sandbox"
     if environment_dir:
         return "the trial has its own environment"
     if len(argv) < 2 or os.path.basename(argv[0]) not in ("python", "python3"):
@@ -166,10 +180,12 @@ def spawn(
     cwd: Path,
     log_path: Path,
     marks_env: str,
+    sandbox: Mapping[str, Any] | None = None,
 ) -> WarmProcess | None:
     """Ask the node's zygote for this rank; None (start it cold) when there is none or it
-    refuses (it says why in the node's log)."""
-    if len(str(path)) > _MAX_SOCKET_PATH or not path.exists():
+    refuses (it says why in the node's log). ``sandbox``: where the rank joins its sandbox
+    (warm_sandbox.assignment); the pid is then its keeper's."""
+    if not available(path):
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(_CONNECT_TIMEOUT_S)
@@ -180,6 +196,8 @@ def spawn(
         "log": str(log_path),
         "marks_env": marks_env,
     }
+    if sandbox is not None:
+        request["sandbox"] = dict(sandbox)
     try:
         conn.connect(str(path))
         conn.sendall(json.dumps(request).encode() + b"\n")
@@ -193,6 +211,11 @@ def spawn(
         conn.close()
         return None
     return WarmProcess(conn, int(reply["pid"]))
+
+
+def available(path: Path) -> bool:
+    """The node's zygote listens at ``path`` (it may still refuse a rank)."""
+    return len(str(path)) <= _MAX_SOCKET_PATH and path.exists()
 
 
 def _read_reply(conn: socket.socket) -> dict[str, Any] | None:
@@ -221,6 +244,7 @@ class WarmPoolActor:
         log = (self._path.parent / "warm-pool.log").open("ab")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "trainhub.adapters.ray_executor.zygote", path, str(size)],
+            env=zygote_environment(os.environ),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -252,6 +276,16 @@ class WarmPoolActor:
                 self._proc.kill()
         with contextlib.suppress(FileNotFoundError):
             self._path.unlink()
+
+
+def zygote_environment(node: Mapping[str, str]) -> dict[str, str]:
+    """The zygote's environment: what its imports and its Python need, nothing of the node
+    agent's or Ray's own. A forked rank's ``/proc/self/environ`` shows the zygote's (its
+    environment block is the zygote's memory), so nothing there may be a secret."""
+    from trainhub.adapters.sandbox import rank_environment
+
+    kept = {k: node[k] for k in ("PATH", "PYTHONPATH", "TMPDIR") if k in node}
+    return rank_environment(launch={}, node=node, computed=kept)
 
 
 def _die_with_parent() -> None:

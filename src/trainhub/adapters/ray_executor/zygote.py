@@ -6,7 +6,9 @@ sends its assignment (argv, environment, working directory, log file). The zygot
 one idle child and forks a replacement. The child then becomes the rank: a new session, the
 rank's environment and directory, stdout/stderr into the rank's log, and the script run as
 ``__main__`` as ``python script.py`` would. It serves that one rank and exits; the zygote
-itself never runs user code, so no tenant's state reaches another's rank.
+itself never runs user code, so no tenant's state reaches another's rank. A sandboxed rank's
+child stays on the host as the rank's keeper and forks the rank into the sandbox its actor
+started (warm_sandbox.py, ADR 0048).
 
 The zygote reports each rank's pid, then its exit code, on the rank's connection; when that
 connection closes first (the rank's actor died) it SIGKILLs the rank's process group, as
@@ -24,6 +26,7 @@ import selectors
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,6 +193,8 @@ def _refusal(request: bytes) -> str | None:
         return f"{argv[0]} on the rank's PATH is not the zygote's {sys.executable}"
     if env.get("PYTHONPATH", "") != os.environ.get("PYTHONPATH", ""):
         return "the rank's PYTHONPATH differs from the zygote's"
+    if assignment.get("sandbox") is not None and os.geteuid() != 0:
+        return "a sandboxed rank needs a zygote that runs as root"
     return None
 
 
@@ -238,7 +243,14 @@ def _become_rank(assignment: dict[str, Any]) -> int:
     os.close(log)
     os.close(devnull)
     env: dict[str, str] = assignment["env"]
-    register_rank(os.getpid(), env)  # node monitoring finds the rank's processes by this
+    sandbox = assignment.get("sandbox")
+    if sandbox is not None:  # a keeper on the host, the rank in its sandbox (warm_sandbox.py)
+        from trainhub.adapters.ray_executor import warm_sandbox
+
+        warm_sandbox.enter(sandbox, lambda pid: register_rank(pid, env), unregister_rank)
+        tempfile.tempdir = None  # the zygote's answer was the host's
+    else:
+        register_rank(os.getpid(), env)  # node monitoring finds the rank's processes by this
     marks = _with_process_mark(env.get(assignment.get("marks_env", ""), ""))
     if marks is not None:
         env[assignment["marks_env"]] = marks
