@@ -9,6 +9,7 @@ import json
 import os
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -161,6 +162,8 @@ def test_a_warm_sandboxed_rank_is_terminated_and_its_sandbox_goes(
         assert keeper is not None
         assert os.stat(f"/proc/{keeper.pid}/ns/mnt").st_ino == os.stat("/proc/self/ns/mnt").st_ino
         sandbox = os.stat(f"/proc/{rank}/ns/mnt").st_ino
+        cgroups = Path(f"/proc/{rank}/cgroup").read_text()
+        assert "/rank0-" in cgroups, cgroups  # the rank's own cgroup (containment.py names it)
         assert sandbox != os.stat("/proc/self/ns/mnt").st_ino
         assert len(_inside(sandbox)) == 3  # bwrap's init, the holder's shell, the rank
         sandboxed.terminate(attempt.attempt_key, grace_s=5.0)

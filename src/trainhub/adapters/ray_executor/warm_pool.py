@@ -49,6 +49,10 @@ SOCKET_NAME = "warm-pool.sock"
 REGISTERED = ("TRAINHUB_TRIAL_ID", "RANK", "TRAINHUB_API_URL")
 ACTOR_PREFIX = "warm-pool-"
 _CONNECT_TIMEOUT_S = 2.0
+# once the zygote read the request it may have handed the rank out: a requester that gave up
+# then would start the rank cold beside a warm copy (killed only when the zygote sees the
+# connection close), so the answer is awaited much longer than the connection
+_REPLY_TIMEOUT_S = 60.0
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
 
 
@@ -200,6 +204,7 @@ def spawn(
         request["sandbox"] = dict(sandbox)
     try:
         conn.connect(str(path))
+        conn.settimeout(_REPLY_TIMEOUT_S)
         conn.sendall(json.dumps(request).encode() + b"\n")
         reply = _read_reply(conn)
     except OSError as exc:
