@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainhub.core.scheduling import FairShareConfig, FairSharePolicy, Start, TenantShare
+from trainhub.core.scheduling import (
+    FairShareConfig,
+    FairSharePolicy,
+    Preempt,
+    Start,
+    TenantShare,
+)
 
 from .helpers import by_id, check_contract, node, preempted, queued, running, snapshot
 
@@ -39,8 +45,9 @@ def test_without_a_bound_a_returning_tenant_reclaims_its_whole_guarantee_at_once
 
 
 def test_the_reclaim_budget_bounds_the_preemptions_per_hour() -> None:
-    # 16 slots, 25% of them per hour = 4 per hour; the budget holds at most 2 (12.5%)
-    config = FairShareConfig(reclaim_rate_share_per_h=0.25, reclaim_burst_share=0.125)
+    # a's own budget: its guarantee of 8 slots, 50% of them per hour = 4 per hour; the budget
+    # holds at most 2 (25%)
+    config = FairShareConfig(reclaim_rate_share_per_h=0.5, reclaim_burst_share=0.25)
     policy = FairSharePolicy(config)
     # the budget's 2 slots: two 1-GPU claims, then the rest waits for it to refill
     assert len(claim(policy, 1000.0)) == 2
@@ -156,3 +163,41 @@ def test_a_claim_keeps_the_free_gpus_its_placement_counts_on() -> None:
     found = by_id(decisions)
     assert not isinstance(found[1], Start)
     assert not any(isinstance(found[t], Start) for t in (2, 3))
+
+
+def test_one_tenant_s_big_reclaim_does_not_spend_another_owed_tenant_s_budget() -> None:
+    """ADR 0036, amendment: a and b are both owed their 8 GPUs; c borrows all 24. a's 8-GPU
+    gang reclaims first and spends a budget (a full one lets it through whatever its size).
+    With one budget for the cluster that leaves nothing for b, whose 1-GPU trial is refused
+    until the budget has refilled; with a budget per tenant b's own is full and it reclaims."""
+    tenants = {
+        "a": TenantShare(guaranteed_slots=8),
+        "b": TenantShare(guaranteed_slots=8),
+        "c": TenantShare(guaranteed_slots=8),
+    }
+    snap = snapshot(
+        nodes=[node(f"n{k}", 8, free=0) for k in (1, 2, 3)],
+        run=[running(10 + i, "c", [f"n{1 + i // 8}"], started_at=float(i)) for i in range(24)],
+        queue=[
+            queued(1, "a", gpus=8, single_node=True, at=900.0),
+            queued(2, "b", at=950.0),
+        ],
+        now=1000.0,
+        tenants=tenants,
+    )
+
+    def victims_by_claimant(config: FairShareConfig) -> dict[str, int]:
+        decisions = list(FairSharePolicy(config).decide(snap))
+        check_contract(snap, decisions)
+        found: dict[str, int] = {}
+        for d in decisions:
+            if isinstance(d, Preempt):
+                claimant = "a" if "tenant a " in d.reason else "b"
+                found[claimant] = found.get(claimant, 0) + 1
+        return found
+
+    # the defaults: a budget per tenant; both claims go through
+    assert victims_by_claimant(FairShareConfig()) == {"a": 8, "b": 1}
+    # one budget for the cluster (as first shipped): a's gang spends it, b waits
+    shared = FairShareConfig(reclaim_budget_per_tenant=False)
+    assert victims_by_claimant(shared) == {"a": 8}

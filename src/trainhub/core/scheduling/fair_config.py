@@ -14,7 +14,9 @@ class FairShareConfig:
 
     The defaults of ``min_run_time_s``, ``reclaim_rate_share_per_h``, ``borrow_by_service``
     and ``displace_by_service`` are the candidate the benchmark's tuning split chose
-    (``benchmarks/scheduler.py --tune``, ADR 0036); the others predate it.
+    (``benchmarks/scheduler.py --tune``, ADR 0036), chosen with one reclaim budget for the
+    cluster; the per-tenant budget (ADR 0036's second amendment) keeps those values, now
+    shares of each tenant's guarantee. The others predate it.
 
     Attributes:
         half_life_s: half-life of the decayed usage that orders tenants for idle capacity
@@ -84,11 +86,20 @@ class FairShareConfig:
             durations (Tiresias' least attained service across borrowers; ADR 0036). Off:
             the fair-share score alone orders borrowers.
         reclaim_rate_share_per_h: reclaims (preemptions that give a tenant back its
-            guarantee) take at most this share of the cluster's slots per hour, from a budget
-            that refills at that rate up to ``reclaim_burst_share`` of the cluster; a full
-            budget lets one claim through whatever its size. The policy keeps the budget
-            between decisions (a restart refills it). None: no bound (ADR 0036).
-        reclaim_burst_share: the budget's ceiling, a share of the cluster's slots.
+            guarantee) take at most this share of the tenant's guarantee per hour, from a
+            budget of the tenant's own that refills at that rate up to
+            ``reclaim_burst_share`` of its guarantee (at least one slot); a full budget lets
+            one claim through whatever its size. Where the guarantees add up to the cluster
+            (as they are scaled to when they exceed it), the tenants' rates add up to this
+            share of the cluster's slots per hour. The policy keeps the budgets between
+            decisions (a restart refills them). None: no bound (ADR 0036).
+        reclaim_burst_share: a budget's ceiling, a share of the tenant's guarantee (of the
+            cluster's slots with ``reclaim_budget_per_tenant`` off).
+        reclaim_budget_per_tenant: every tenant reclaims from a budget of its own, sized by
+            its guarantee, so one tenant's return does not spend the budget another owed
+            tenant needs (ADR 0036, amendment). Off: one budget for all reclaims, refilling
+            at ``reclaim_rate_share_per_h`` of the cluster's slots per hour up to
+            ``reclaim_burst_share`` of them (the budget as first shipped).
         victim_time_left_s: a lender's trial expected to end within this many seconds
             (its expected duration, the server's estimate, less its run in this attempt) is
             taken after every other of the same priority and preemption count: preempting it
@@ -120,6 +131,7 @@ class FairShareConfig:
     borrow_by_service: bool = False
     reclaim_rate_share_per_h: float | None = 1.0
     reclaim_burst_share: float = 0.05
+    reclaim_budget_per_tenant: bool = True
     victim_time_left_s: float = 1800.0
     reserve_every_owed: bool = True
 
