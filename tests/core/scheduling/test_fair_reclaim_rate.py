@@ -201,3 +201,53 @@ def test_one_tenant_s_big_reclaim_does_not_spend_another_owed_tenant_s_budget() 
     # one budget for the cluster (as first shipped): a's gang spends it, b waits
     shared = FairShareConfig(reclaim_budget_per_tenant=False)
     assert victims_by_claimant(shared) == {"a": 8}
+
+
+def test_a_one_slot_tenant_reclaims_at_the_floor_s_rate() -> None:
+    """ADR 0036, third amendment: s is guaranteed 1 of 16 GPUs and b borrows the one s does
+    not use. Each time s's 1-GPU trial waits again (its last one ended and b took the GPU), s
+    reclaims from a budget of its own: 1 slot deep, refilling at 1.0 x 1 slot = 1 slot per
+    hour without a floor, so one reclaim per hour; with a floor of 12 slots per hour, one
+    every 5 minutes."""
+    tenants = {"s": TenantShare(guaranteed_slots=1), "b": TenantShare(guaranteed_slots=15)}
+    b_run = [
+        running(10 + i, "b", ["n1" if i < 8 else "n2"], started_at=float(i)) for i in range(16)
+    ]
+
+    def reclaims(policy: FairSharePolicy, now: float) -> tuple[int, float | None]:
+        snap = snapshot(
+            nodes=[node("n1", 8, free=0), node("n2", 8, free=0)],
+            run=b_run,
+            queue=[queued(1, "s", at=now - 1.0)],
+            now=now,
+            tenants=tenants,
+        )
+        out = policy.decide(snap)
+        decisions = list(out)
+        check_contract(snap, decisions)
+        return len(preempted(decisions)), out.wake_at
+
+    def config(floor: float) -> FairShareConfig:
+        return FairShareConfig(
+            reclaim_rate_share_per_h=1.0,
+            reclaim_burst_share=0.05,
+            reclaim_budget_per_tenant=True,
+            reclaim_floor_slots_per_h=floor,
+        )
+
+    floored = FairSharePolicy(config(12.0))
+    assert reclaims(floored, 1000.0) == (1, None)  # a full budget: through at once
+    # 4 minutes refill 0.8 slot: refused, and the decision asks to be woken at 5 minutes
+    assert reclaims(floored, 1240.0) == (0, 1300.0)
+    # 5 minutes after the first: the budget is full again and the next reclaim goes through
+    assert reclaims(floored, 1300.0)[0] == 1
+    # a whole hour: 12 reclaims, one per 5 minutes
+    through = sum(reclaims(floored, 1300.0 + 300.0 * k)[0] for k in range(1, 13))
+    assert through == 12
+
+    # without the floor the same tenant gets one slot back per hour
+    bare = FairSharePolicy(config(0.0))
+    assert reclaims(bare, 1000.0)[0] == 1
+    assert reclaims(bare, 1300.0) == (0, 1000.0 + 3600.0)
+    assert reclaims(bare, 1000.0 + 3599.0)[0] == 0
+    assert reclaims(bare, 1000.0 + 3600.0)[0] == 1

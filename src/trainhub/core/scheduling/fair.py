@@ -515,17 +515,21 @@ class _FairPass:
 
     def _budget_params(self, tenant: _Tenant) -> tuple[str | None, float, float, float]:
         """(key, level, ceiling, refill per second) of the reclaim budget ``tenant`` spends,
-        in slots: its own, sized by its guarantee, or with ``reclaim_budget_per_tenant`` off
-        the one of the cluster."""
+        in slots: its own, sized by its guarantee and refilling at least at
+        ``reclaim_floor_slots_per_h``, or with ``reclaim_budget_per_tenant`` off the one of the
+        cluster."""
         rate = self.config.reclaim_rate_share_per_h
         assert rate is not None
         key: str | None
         if self.config.reclaim_budget_per_tenant:
             key, base = tenant.name, tenant.share.guaranteed_slots
+            # the floor: a tenant's budget refills at least this fast whatever its size
+            per_h = max(rate * base, self.config.reclaim_floor_slots_per_h)
         else:
             key, base = None, self.raw.total_slots()
+            per_h = rate * base
         ceiling = max(1.0, self.config.reclaim_burst_share * base)
-        per_s = rate * base / 3600.0
+        per_s = per_h / 3600.0
         stored = self.policy.reclaim_budgets.get(key)
         if stored is None:
             return key, ceiling, ceiling, per_s

@@ -12,11 +12,10 @@ from trainhub.core.scheduling.nodetable import HOT_GPU_TEMPERATURE_C
 class FairShareConfig:
     """Knobs of :class:`~trainhub.core.scheduling.fair.FairSharePolicy` (units in the names).
 
-    The defaults of ``min_run_time_s``, ``reclaim_rate_share_per_h``, ``borrow_by_service``
-    and ``displace_by_service`` are the candidate the benchmark's tuning split chose
-    (``benchmarks/scheduler.py --tune``, ADR 0036), chosen with one reclaim budget for the
-    cluster; the per-tenant budget (ADR 0036's second amendment) keeps those values, now
-    shares of each tenant's guarantee. The others predate it.
+    The defaults of ``min_run_time_s``, ``reclaim_rate_share_per_h``, ``borrow_by_service``,
+    ``displace_by_service``, ``reclaim_budget_per_tenant`` and ``reclaim_floor_slots_per_h``
+    are the candidate the benchmark's tuning split chose (``benchmarks/scheduler.py --tune``,
+    ADR 0036 and its third amendment). The others predate it.
 
     Attributes:
         half_life_s: half-life of the decayed usage that orders tenants for idle capacity
@@ -42,9 +41,10 @@ class FairShareConfig:
             turns the threshold off (cooler still wins ties).
         displace_by_service: with ``preemption``, a waiting trial also displaces a running
             trial of its tenant in a higher service band (priority displacement is always on).
-            Off by default: the bands still order the queue, but displacing long runs cost
-            more work (lost since the last checkpoint) than it saved in completion time on
-            every trace window measured (docs/adr/0005-fair-share-generalises.md).
+            On by default since the tuning split chose it (ADR 0036, third amendment); ADR
+            0005 had left it off (displacing long runs cost more work, lost since the last
+            checkpoint, than it saved in completion time on the windows measured then). Off:
+            the bands only order the queue.
         gang_overshoot: a trial of a tenant below its guarantee whose gang goes past it by
             ``used + size - guarantee`` GPUs, no more than the tenant is still owed (at least
             half the gang within the guarantee), may, when borrowed
@@ -100,6 +100,12 @@ class FairShareConfig:
             tenant needs (ADR 0036, amendment). Off: one budget for all reclaims, refilling
             at ``reclaim_rate_share_per_h`` of the cluster's slots per hour up to
             ``reclaim_burst_share`` of them (the budget as first shipped).
+        reclaim_floor_slots_per_h: with ``reclaim_budget_per_tenant``, a tenant's budget
+            refills at ``max(reclaim_rate_share_per_h x its guarantee, this)`` slots per
+            hour: a floor independent of the tenant's size, so a tenant guaranteed a slot or
+            two still gets a small claim back within ``1 / this`` hours rather than hours per
+            slot (ADR 0036, third amendment). It adds at most this many slots per hour per
+            tenant to the cluster's total reclaim rate. 0: no floor. Unused with one budget.
         victim_time_left_s: a lender's trial expected to end within this many seconds
             (its expected duration, the server's estimate, less its run in this attempt) is
             taken after every other of the same priority and preemption count: preempting it
@@ -120,7 +126,7 @@ class FairShareConfig:
     max_failed_claims_per_pass: int = 4
     service_thresholds_slot_s: tuple[float, ...] = (3600.0, 36000.0)
     hot_gpu_temperature_c: float | None = HOT_GPU_TEMPERATURE_C
-    displace_by_service: bool = False
+    displace_by_service: bool = True
     gang_overshoot: bool = True
     cooldown_growth: float = 4.0
     victim_fewest_preemptions: bool = True
@@ -132,6 +138,7 @@ class FairShareConfig:
     reclaim_rate_share_per_h: float | None = 1.0
     reclaim_burst_share: float = 0.05
     reclaim_budget_per_tenant: bool = True
+    reclaim_floor_slots_per_h: float = 0.0
     victim_time_left_s: float = 1800.0
     reserve_every_owed: bool = True
 
@@ -145,6 +152,9 @@ class FairShareConfig:
             raise ValueError(
                 f"reclaim_burst_share must be in (0, 1], got {self.reclaim_burst_share}"
             )
+        floor = self.reclaim_floor_slots_per_h
+        if not (floor >= 0 and math.isfinite(floor)):
+            raise ValueError(f"reclaim_floor_slots_per_h must be >= 0, got {floor}")
         for name in ("half_life_s", "standing_half_life_s"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
