@@ -86,18 +86,25 @@ TEST_START = 0.4
 # are too sparse to offer 1x)
 TUNE_WINDOWS = (("philly", 32, 0.15), ("philly", 64, 0.65), ("openb", 24, 0.1))
 TUNE_LOADS = (1.0, 1.5)
-# the knobs tuned, each candidate a FairShareConfig's changes from the defaults
+# the reclaim budget's forms (ADR 0036, second and third amendments): one for the cluster, or
+# one per tenant refilling at max(rate x guarantee, a floor in slots per hour)
+BUDGETS: tuple[tuple[bool, float], ...] = ((False, 0.0), (True, 0.0), (True, 4.0), (True, 16.0))
+# the knobs tuned, each candidate a FairShareConfig's changes from the defaults; without a
+# bound on the reclaim rate the budget's form changes nothing, so it is tried once there
 TUNE_GRID: tuple[dict[str, object], ...] = tuple(
     {
         "reclaim_rate_share_per_h": rate,
         "min_run_time_s": run,
         "borrow_by_service": by_service,
         "displace_by_service": displace,
+        "reclaim_budget_per_tenant": per_tenant,
+        "reclaim_floor_slots_per_h": floor,
     }
     for rate in (0.25, 1.0, None)
     for run in (120.0, 600.0)
     for by_service in (True, False)
     for displace in (False, True)
+    for per_tenant, floor in (BUDGETS if rate is not None else BUDGETS[:1])
 )
 
 Cell = tuple[str, int, float | None, int, float, tuple[str, ...], Path | None, Path | None]

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainhub.core.scheduling import FairShareConfig, FairSharePolicy, Start, TenantShare
+from trainhub.core.scheduling import (
+    FairShareConfig,
+    FairSharePolicy,
+    Preempt,
+    Start,
+    TenantShare,
+)
 
 from .helpers import by_id, check_contract, node, preempted, queued, running, snapshot
 
@@ -39,8 +45,9 @@ def test_without_a_bound_a_returning_tenant_reclaims_its_whole_guarantee_at_once
 
 
 def test_the_reclaim_budget_bounds_the_preemptions_per_hour() -> None:
-    # 16 slots, 25% of them per hour = 4 per hour; the budget holds at most 2 (12.5%)
-    config = FairShareConfig(reclaim_rate_share_per_h=0.25, reclaim_burst_share=0.125)
+    # a's own budget: its guarantee of 8 slots, 50% of them per hour = 4 per hour; the budget
+    # holds at most 2 (25%)
+    config = FairShareConfig(reclaim_rate_share_per_h=0.5, reclaim_burst_share=0.25)
     policy = FairSharePolicy(config)
     # the budget's 2 slots: two 1-GPU claims, then the rest waits for it to refill
     assert len(claim(policy, 1000.0)) == 2
@@ -156,3 +163,91 @@ def test_a_claim_keeps_the_free_gpus_its_placement_counts_on() -> None:
     found = by_id(decisions)
     assert not isinstance(found[1], Start)
     assert not any(isinstance(found[t], Start) for t in (2, 3))
+
+
+def test_one_tenant_s_big_reclaim_does_not_spend_another_owed_tenant_s_budget() -> None:
+    """ADR 0036, amendment: a and b are both owed their 8 GPUs; c borrows all 24. a's 8-GPU
+    gang reclaims first and spends a budget (a full one lets it through whatever its size).
+    With one budget for the cluster that leaves nothing for b, whose 1-GPU trial is refused
+    until the budget has refilled; with a budget per tenant b's own is full and it reclaims."""
+    tenants = {
+        "a": TenantShare(guaranteed_slots=8),
+        "b": TenantShare(guaranteed_slots=8),
+        "c": TenantShare(guaranteed_slots=8),
+    }
+    snap = snapshot(
+        nodes=[node(f"n{k}", 8, free=0) for k in (1, 2, 3)],
+        run=[running(10 + i, "c", [f"n{1 + i // 8}"], started_at=float(i)) for i in range(24)],
+        queue=[
+            queued(1, "a", gpus=8, single_node=True, at=900.0),
+            queued(2, "b", at=950.0),
+        ],
+        now=1000.0,
+        tenants=tenants,
+    )
+
+    def victims_by_claimant(config: FairShareConfig) -> dict[str, int]:
+        decisions = list(FairSharePolicy(config).decide(snap))
+        check_contract(snap, decisions)
+        found: dict[str, int] = {}
+        for d in decisions:
+            if isinstance(d, Preempt):
+                claimant = "a" if "tenant a " in d.reason else "b"
+                found[claimant] = found.get(claimant, 0) + 1
+        return found
+
+    # the defaults: a budget per tenant; both claims go through
+    assert victims_by_claimant(FairShareConfig()) == {"a": 8, "b": 1}
+    # one budget for the cluster (as first shipped): a's gang spends it, b waits
+    shared = FairShareConfig(reclaim_budget_per_tenant=False)
+    assert victims_by_claimant(shared) == {"a": 8}
+
+
+def test_a_one_slot_tenant_reclaims_at_the_floor_s_rate() -> None:
+    """ADR 0036, third amendment: s is guaranteed 1 of 16 GPUs and b borrows the one s does
+    not use. Each time s's 1-GPU trial waits again (its last one ended and b took the GPU), s
+    reclaims from a budget of its own: 1 slot deep, refilling at 1.0 x 1 slot = 1 slot per
+    hour without a floor, so one reclaim per hour; with a floor of 12 slots per hour, one
+    every 5 minutes."""
+    tenants = {"s": TenantShare(guaranteed_slots=1), "b": TenantShare(guaranteed_slots=15)}
+    b_run = [
+        running(10 + i, "b", ["n1" if i < 8 else "n2"], started_at=float(i)) for i in range(16)
+    ]
+
+    def reclaims(policy: FairSharePolicy, now: float) -> tuple[int, float | None]:
+        snap = snapshot(
+            nodes=[node("n1", 8, free=0), node("n2", 8, free=0)],
+            run=b_run,
+            queue=[queued(1, "s", at=now - 1.0)],
+            now=now,
+            tenants=tenants,
+        )
+        out = policy.decide(snap)
+        decisions = list(out)
+        check_contract(snap, decisions)
+        return len(preempted(decisions)), out.wake_at
+
+    def config(floor: float) -> FairShareConfig:
+        return FairShareConfig(
+            reclaim_rate_share_per_h=1.0,
+            reclaim_burst_share=0.05,
+            reclaim_budget_per_tenant=True,
+            reclaim_floor_slots_per_h=floor,
+        )
+
+    floored = FairSharePolicy(config(12.0))
+    assert reclaims(floored, 1000.0) == (1, None)  # a full budget: through at once
+    # 4 minutes refill 0.8 slot: refused, and the decision asks to be woken at 5 minutes
+    assert reclaims(floored, 1240.0) == (0, 1300.0)
+    # 5 minutes after the first: the budget is full again and the next reclaim goes through
+    assert reclaims(floored, 1300.0)[0] == 1
+    # a whole hour: 12 reclaims, one per 5 minutes
+    through = sum(reclaims(floored, 1300.0 + 300.0 * k)[0] for k in range(1, 13))
+    assert through == 12
+
+    # without the floor the same tenant gets one slot back per hour
+    bare = FairSharePolicy(config(0.0))
+    assert reclaims(bare, 1000.0)[0] == 1
+    assert reclaims(bare, 1300.0) == (0, 1000.0 + 3600.0)
+    assert reclaims(bare, 1000.0 + 3599.0)[0] == 0
+    assert reclaims(bare, 1000.0 + 3600.0)[0] == 1

@@ -147,9 +147,10 @@ class FairSharePolicy(BasePolicy):
         # a cache of per-trial facts for victim choice; never changes a decision
         self.victim_facts = VictimFacts(self.rules)
         self.claim_memo = ClaimMemo()
-        # the reclaim budget (ADR 0036): slots reclaims may still preempt, and when it was
-        # counted; None until the first decision (a full budget)
-        self.reclaim_budget: tuple[float, float] | None = None
+        # the reclaim budgets (ADR 0036): per tenant (or one under None, with
+        # reclaim_budget_per_tenant off), the slots its reclaims may still preempt and when
+        # that was counted; a tenant without an entry has a full budget
+        self.reclaim_budgets: dict[str | None, tuple[float, float]] = {}
         # the last (shares, cluster slots) -> scaled shares, note: shares rarely change
         self._scaled: (
             tuple[Mapping[str, TenantShare], int, Mapping[str, TenantShare], str | None] | None
@@ -200,7 +201,7 @@ class _FairPass:
         self.reservation: Reservation | None = None
         self.unmet_claim = False
         self.failed_claims = 0
-        # when the reclaim budget lets a claim refused for it through (ADR 0036)
+        # when a reclaim budget lets a claim refused for it through (ADR 0036)
         self.budget_wake: float | None = None
         # tenants whose first blocked trial holds a reservation (reserve_every_owed)
         self.reserved_for: set[str] = set()
@@ -512,36 +513,48 @@ class _FairPass:
 
     # -- preemption --------------------------------------------------------------------------
 
-    def _budget_params(self) -> tuple[float, float, float]:
-        """(stored level, ceiling, refill per second) of the reclaim budget, in slots."""
+    def _budget_params(self, tenant: _Tenant) -> tuple[str | None, float, float, float]:
+        """(key, level, ceiling, refill per second) of the reclaim budget ``tenant`` spends,
+        in slots: its own, sized by its guarantee and refilling at least at
+        ``reclaim_floor_slots_per_h``, or with ``reclaim_budget_per_tenant`` off the one of the
+        cluster."""
         rate = self.config.reclaim_rate_share_per_h
         assert rate is not None
-        total = self.raw.total_slots()
-        ceiling = max(1.0, self.config.reclaim_burst_share * total)
-        stored = self.policy.reclaim_budget
-        per_s = rate * total / 3600.0
+        key: str | None
+        if self.config.reclaim_budget_per_tenant:
+            key, base = tenant.name, tenant.share.guaranteed_slots
+            # the floor: a tenant's budget refills at least this fast whatever its size
+            per_h = max(rate * base, self.config.reclaim_floor_slots_per_h)
+        else:
+            key, base = None, self.raw.total_slots()
+            per_h = rate * base
+        ceiling = max(1.0, self.config.reclaim_burst_share * base)
+        per_s = per_h / 3600.0
+        stored = self.policy.reclaim_budgets.get(key)
         if stored is None:
-            return ceiling, ceiling, per_s
+            return key, ceiling, ceiling, per_s
         level, at = stored
-        return min(ceiling, level + per_s * max(0.0, self.now - at)), ceiling, per_s
+        return key, min(ceiling, level + per_s * max(0.0, self.now - at)), ceiling, per_s
 
-    def _reclaim_budget(self) -> float:
-        """Slots the reclaims of this decision may still preempt (infinite: no bound, or a
-        full budget, which lets one claim through whatever its size)."""
+    def _reclaim_budget(self, tenant: _Tenant) -> float:
+        """Slots ``tenant``'s reclaims may still preempt in this decision (infinite: no
+        bound, or a full budget, which lets one claim through whatever its size)."""
         if self.config.reclaim_rate_share_per_h is None:
             return math.inf
-        level, ceiling, _ = self._budget_params()
+        _, level, ceiling, _ = self._budget_params(tenant)
         return math.inf if level >= ceiling else level
 
-    def _spend(self, slots: int) -> None:
+    def _spend(self, tenant: _Tenant, slots: int) -> None:
         if self.config.reclaim_rate_share_per_h is None:
             return
-        level, _, _ = self._budget_params()
-        self.policy.reclaim_budget = (level - slots, self.now)
+        key, level, _, _ = self._budget_params(tenant)
+        self.policy.reclaim_budgets[key] = (level - slots, self.now)
 
-    def _budget_wait(self) -> None:
-        """A claim found victims beyond the budget: decide again once it is full."""
-        level, ceiling, per_s = self._budget_params()
+    def _budget_wait(self, tenant: _Tenant) -> None:
+        """A claim found victims beyond ``tenant``'s budget: decide again once it is full."""
+        _, level, ceiling, per_s = self._budget_params(tenant)
+        if per_s <= 0:
+            return
         at = self.now + max(1.0, (ceiling - level) / per_s)
         if self.budget_wake is None or at < self.budget_wake:
             self.budget_wake = at
@@ -590,12 +603,12 @@ class _FairPass:
                 past = tenant.used + size - guarantee
                 if 0 < past <= guarantee - tenant.used:
                     overshoot = past
-            budget = self._reclaim_budget()
+            budget = self._reclaim_budget(tenant)
             victims = preemptor.reclaim(trial, pool, overshoot, budget)
             if victims is None and preemptor.over_budget:
-                self._budget_wait()
+                self._budget_wait(tenant)
             if victims is not None:
-                self._spend(sum(v.request.num_slots for v in victims))
+                self._spend(tenant, sum(v.request.num_slots for v in victims))
                 self._hold(trial.request, preemptor.free_part)
                 tenant.used += size
                 held = self.running.slots_by_tenant

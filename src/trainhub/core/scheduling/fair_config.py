@@ -12,9 +12,10 @@ from trainhub.core.scheduling.nodetable import HOT_GPU_TEMPERATURE_C
 class FairShareConfig:
     """Knobs of :class:`~trainhub.core.scheduling.fair.FairSharePolicy` (units in the names).
 
-    The defaults of ``min_run_time_s``, ``reclaim_rate_share_per_h``, ``borrow_by_service``
-    and ``displace_by_service`` are the candidate the benchmark's tuning split chose
-    (``benchmarks/scheduler.py --tune``, ADR 0036); the others predate it.
+    The defaults of ``min_run_time_s``, ``reclaim_rate_share_per_h``, ``borrow_by_service``,
+    ``displace_by_service``, ``reclaim_budget_per_tenant`` and ``reclaim_floor_slots_per_h``
+    are the candidate the benchmark's tuning split chose (``benchmarks/scheduler.py --tune``,
+    ADR 0036 and its third amendment). The others predate it.
 
     Attributes:
         half_life_s: half-life of the decayed usage that orders tenants for idle capacity
@@ -40,9 +41,10 @@ class FairShareConfig:
             turns the threshold off (cooler still wins ties).
         displace_by_service: with ``preemption``, a waiting trial also displaces a running
             trial of its tenant in a higher service band (priority displacement is always on).
-            Off by default: the bands still order the queue, but displacing long runs cost
-            more work (lost since the last checkpoint) than it saved in completion time on
-            every trace window measured (docs/adr/0005-fair-share-generalises.md).
+            On by default since the tuning split chose it (ADR 0036, third amendment); ADR
+            0005 had left it off (displacing long runs cost more work, lost since the last
+            checkpoint, than it saved in completion time on the windows measured then). Off:
+            the bands only order the queue.
         gang_overshoot: a trial of a tenant below its guarantee whose gang goes past it by
             ``used + size - guarantee`` GPUs, no more than the tenant is still owed (at least
             half the gang within the guarantee), may, when borrowed
@@ -84,11 +86,26 @@ class FairShareConfig:
             durations (Tiresias' least attained service across borrowers; ADR 0036). Off:
             the fair-share score alone orders borrowers.
         reclaim_rate_share_per_h: reclaims (preemptions that give a tenant back its
-            guarantee) take at most this share of the cluster's slots per hour, from a budget
-            that refills at that rate up to ``reclaim_burst_share`` of the cluster; a full
-            budget lets one claim through whatever its size. The policy keeps the budget
-            between decisions (a restart refills it). None: no bound (ADR 0036).
-        reclaim_burst_share: the budget's ceiling, a share of the cluster's slots.
+            guarantee) take at most this share of the tenant's guarantee per hour, from a
+            budget of the tenant's own that refills at that rate up to
+            ``reclaim_burst_share`` of its guarantee (at least one slot); a full budget lets
+            one claim through whatever its size. Where the guarantees add up to the cluster
+            (as they are scaled to when they exceed it), the tenants' rates add up to this
+            share of the cluster's slots per hour. The policy keeps the budgets between
+            decisions (a restart refills them). None: no bound (ADR 0036).
+        reclaim_burst_share: a budget's ceiling, a share of the tenant's guarantee (of the
+            cluster's slots with ``reclaim_budget_per_tenant`` off).
+        reclaim_budget_per_tenant: every tenant reclaims from a budget of its own, sized by
+            its guarantee, so one tenant's return does not spend the budget another owed
+            tenant needs (ADR 0036, amendment). Off: one budget for all reclaims, refilling
+            at ``reclaim_rate_share_per_h`` of the cluster's slots per hour up to
+            ``reclaim_burst_share`` of them (the budget as first shipped).
+        reclaim_floor_slots_per_h: with ``reclaim_budget_per_tenant``, a tenant's budget
+            refills at ``max(reclaim_rate_share_per_h x its guarantee, this)`` slots per
+            hour: a floor independent of the tenant's size, so a tenant guaranteed a slot or
+            two still gets a small claim back within ``1 / this`` hours rather than hours per
+            slot (ADR 0036, third amendment). It adds at most this many slots per hour per
+            tenant to the cluster's total reclaim rate. 0: no floor. Unused with one budget.
         victim_time_left_s: a lender's trial expected to end within this many seconds
             (its expected duration, the server's estimate, less its run in this attempt) is
             taken after every other of the same priority and preemption count: preempting it
@@ -109,7 +126,7 @@ class FairShareConfig:
     max_failed_claims_per_pass: int = 4
     service_thresholds_slot_s: tuple[float, ...] = (3600.0, 36000.0)
     hot_gpu_temperature_c: float | None = HOT_GPU_TEMPERATURE_C
-    displace_by_service: bool = False
+    displace_by_service: bool = True
     gang_overshoot: bool = True
     cooldown_growth: float = 4.0
     victim_fewest_preemptions: bool = True
@@ -120,6 +137,8 @@ class FairShareConfig:
     borrow_by_service: bool = False
     reclaim_rate_share_per_h: float | None = 1.0
     reclaim_burst_share: float = 0.05
+    reclaim_budget_per_tenant: bool = True
+    reclaim_floor_slots_per_h: float = 0.0
     victim_time_left_s: float = 1800.0
     reserve_every_owed: bool = True
 
@@ -133,6 +152,9 @@ class FairShareConfig:
             raise ValueError(
                 f"reclaim_burst_share must be in (0, 1], got {self.reclaim_burst_share}"
             )
+        floor = self.reclaim_floor_slots_per_h
+        if not (floor >= 0 and math.isfinite(floor)):
+            raise ValueError(f"reclaim_floor_slots_per_h must be >= 0, got {floor}")
         for name in ("half_life_s", "standing_half_life_s"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
