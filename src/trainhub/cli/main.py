@@ -229,9 +229,8 @@ def server(
         typer.Option(
             envvar="TRAINHUB_RECLAIM_RATE",
             min=0.0,
-            help="The share of its guarantee that preemptions giving a tenant back its "
-            "guarantee may take per hour, from a budget of the tenant's own (fair share; 0: "
-            "unbounded); default: "
+            help="The share of the cluster's slots that preemptions giving tenants back their "
+            "guarantees may take per hour (fair share; 0: unbounded); default: "
             f"{_FAIR_DEFAULTS.reclaim_rate_share_per_h or 0:g}.",
         ),
     ] = None,

@@ -336,8 +336,8 @@ def test_a_new_trial_displaces_a_long_running_one_of_its_own_tenant() -> None:
 
 
 def test_without_displacement_by_service_bands_order_the_queue_but_displace_no_one() -> None:
-    # displace_by_service is on by default since the tuning split chose it (ADR 0036, third
-    # amendment); off, the bands only order the queue
+    # displace_by_service is off by default (ADR 0036, fourth amendment); the bands only
+    # order the queue
     config = FairShareConfig(
         service_thresholds_slot_s=(3600.0,), min_run_time_s=0.0, displace_by_service=False
     )

@@ -47,7 +47,9 @@ def test_without_a_bound_a_returning_tenant_reclaims_its_whole_guarantee_at_once
 def test_the_reclaim_budget_bounds_the_preemptions_per_hour() -> None:
     # a's own budget: its guarantee of 8 slots, 50% of them per hour = 4 per hour; the budget
     # holds at most 2 (25%)
-    config = FairShareConfig(reclaim_rate_share_per_h=0.5, reclaim_burst_share=0.25)
+    config = FairShareConfig(
+        reclaim_rate_share_per_h=0.5, reclaim_burst_share=0.25, reclaim_budget_per_tenant=True
+    )
     policy = FairSharePolicy(config)
     # the budget's 2 slots: two 1-GPU claims, then the rest waits for it to refill
     assert len(claim(policy, 1000.0)) == 2
@@ -197,9 +199,9 @@ def test_one_tenant_s_big_reclaim_does_not_spend_another_owed_tenant_s_budget() 
         return found
 
     # the defaults: a budget per tenant; both claims go through
-    assert victims_by_claimant(FairShareConfig()) == {"a": 8, "b": 1}
-    # one budget for the cluster (as first shipped): a's gang spends it, b waits
-    shared = FairShareConfig(reclaim_budget_per_tenant=False)
+    assert victims_by_claimant(FairShareConfig(reclaim_budget_per_tenant=True)) == {"a": 8, "b": 1}
+    # one budget for the cluster (the default, as first shipped): a's gang spends it, b waits
+    shared = FairShareConfig()
     assert victims_by_claimant(shared) == {"a": 8}
 
 

@@ -12,10 +12,13 @@ from trainhub.core.scheduling.nodetable import HOT_GPU_TEMPERATURE_C
 class FairShareConfig:
     """Knobs of :class:`~trainhub.core.scheduling.fair.FairSharePolicy` (units in the names).
 
-    The defaults of ``min_run_time_s``, ``reclaim_rate_share_per_h``, ``borrow_by_service``,
-    ``displace_by_service``, ``reclaim_budget_per_tenant`` and ``reclaim_floor_slots_per_h``
-    are the candidate the benchmark's tuning split chose (``benchmarks/scheduler.py --tune``,
-    ADR 0036 and its third amendment). The others predate it.
+    The defaults of ``min_run_time_s``, ``reclaim_rate_share_per_h``, ``borrow_by_service``
+    and ``displace_by_service`` are the candidate the benchmark's tuning split chose on
+    2026-11-27 (``benchmarks/scheduler.py --tune``, ADR 0036), with one reclaim budget for the
+    cluster. The split run again on 2026-12-07 with the per-tenant budget and its floor chose
+    displacement by service and a per-tenant budget; that candidate doubled the targets missed
+    on the test split (10 -> 20 over its 18 windowed cells), so it was not shipped (ADR 0036,
+    fourth amendment): both stay off until the tuning split is fixed. The others predate it.
 
     Attributes:
         half_life_s: half-life of the decayed usage that orders tenants for idle capacity
@@ -41,10 +44,11 @@ class FairShareConfig:
             turns the threshold off (cooler still wins ties).
         displace_by_service: with ``preemption``, a waiting trial also displaces a running
             trial of its tenant in a higher service band (priority displacement is always on).
-            On by default since the tuning split chose it (ADR 0036, third amendment); ADR
-            0005 had left it off (displacing long runs cost more work, lost since the last
-            checkpoint, than it saved in completion time on the windows measured then). Off:
-            the bands only order the queue.
+            Off by default: the bands still order the queue, but displacing long runs cost
+            more work (lost since the last checkpoint) than it saved in completion time on
+            the windows measured (ADR 0005); the tuning split of 2026-12-07 chose it, and on
+            the test split it cost 0.49-0.62 preemptions per job on Philly's 16-node cells
+            (ADR 0036, fourth amendment: not shipped).
         gang_overshoot: a trial of a tenant below its guarantee whose gang goes past it by
             ``used + size - guarantee`` GPUs, no more than the tenant is still owed (at least
             half the gang within the guarantee), may, when borrowed
@@ -126,7 +130,7 @@ class FairShareConfig:
     max_failed_claims_per_pass: int = 4
     service_thresholds_slot_s: tuple[float, ...] = (3600.0, 36000.0)
     hot_gpu_temperature_c: float | None = HOT_GPU_TEMPERATURE_C
-    displace_by_service: bool = True
+    displace_by_service: bool = False
     gang_overshoot: bool = True
     cooldown_growth: float = 4.0
     victim_fewest_preemptions: bool = True
@@ -137,7 +141,7 @@ class FairShareConfig:
     borrow_by_service: bool = False
     reclaim_rate_share_per_h: float | None = 1.0
     reclaim_burst_share: float = 0.05
-    reclaim_budget_per_tenant: bool = True
+    reclaim_budget_per_tenant: bool = False
     reclaim_floor_slots_per_h: float = 0.0
     victim_time_left_s: float = 1800.0
     reserve_every_owed: bool = True
