@@ -446,7 +446,9 @@ class RankWorker:
         contained = self._containment
         try:
             holder = warm_sandbox.start_holder(
-                sandbox.bwrap_argv(self._bwrap, plan, warm_sandbox.HOLDER_ARGV),
+                sandbox.bwrap_argv(
+                    self._bwrap, warm_sandbox.holder_plan(plan), warm_sandbox.HOLDER_ARGV
+                ),
                 lambda: _prepare_child(parent, contained),
                 contained.pass_fds() if contained else (),
                 log,

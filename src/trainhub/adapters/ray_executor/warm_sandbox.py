@@ -2,10 +2,12 @@
 and a child of the node's zygote (zygote.py) joins the holder's namespaces, drops every privilege
 and becomes the rank with torch already imported.
 
-The rank's actor starts the holder exactly as it would start a cold sandboxed rank: the same
-``bwrap`` command line (mounts, tmpfs sizes, ``/sys``, devices, namespaces, seccomp, setpriv to
-the trial's uid), entered from the same forked child (the rank's cgroup, the trial's network
-namespace), with a shell that says ``ready`` and waits in place of ``python train.py``. Then
+The rank's actor starts the holder as it would start a cold sandboxed rank: the same ``bwrap``
+command line (mounts, tmpfs sizes, ``/sys``, devices, namespaces, seccomp; setpriv makes the
+holder uid 0 with no capability, which the rank can neither read through ``/proc`` nor
+signal), entered from the same forked child (the rank's cgroup, the trial's network
+namespace), with an empty environment and a shell that says ``ready`` and waits in place of
+``python train.py``. Then
 it hands the zygote the holder's pid with the rank's assignment. The zygote's child (the
 *keeper*, which stays on the host) opens the holder's namespaces and forks the rank into its PID
 namespace; the rank joins the rank's cgroup, then the holder's network, IPC, UTS, cgroup and
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import os
 import resource
@@ -37,9 +40,12 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from trainhub.adapters.sandbox import SandboxPlan
 
 # what the holder runs in the rank's place: it says it is inside, then waits for its stdin to
 # close (the actor closes it when the rank ended; the actor's death closes it too)
@@ -99,14 +105,15 @@ def start_holder(
 ) -> Holder:
     """Start the sandbox of one rank with the holder inside and wait until it is in place.
 
-    ``bwrap_command`` is :func:`trainhub.adapters.sandbox.bwrap_argv` of the rank's plan with
-    :data:`HOLDER_ARGV`; ``preexec`` what the cold rank's forked child runs (its cgroup, the
+    ``bwrap_command`` is :func:`trainhub.adapters.sandbox.bwrap_argv` of :func:`holder_plan`
+    with :data:`HOLDER_ARGV`; ``preexec`` what the cold rank's forked child runs (its cgroup, the
     trial's network). bwrap's own complaints go to the rank's log (``log_fd``).
     """
     import psutil
 
     proc = subprocess.Popen(
         list(bwrap_command),
+        env={},  # nothing of the actor's environment enters the sandbox
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=log_fd,
@@ -131,6 +138,13 @@ def start_holder(
         raise SandboxJoinError(f"the rank's sandbox holds {len(inside)} processes, not 1")
     holder.pid = inside[0].pid
     return holder
+
+
+def holder_plan(plan: SandboxPlan) -> SandboxPlan:
+    """The rank's plan for its holder: the same sandbox, the holder as uid 0 with no
+    capability (setpriv empties its bounding set). The rank, under the trial's uid, can then
+    neither read the holder's ``/proc`` files nor signal it, as with bwrap's own init."""
+    return dataclasses.replace(plan, uid=0)
 
 
 def assignment(
@@ -170,8 +184,8 @@ class SandboxedRank:
     def wait(self) -> int:
         try:
             return self._rank.wait()  # type: ignore[no-any-return]
-        finally:
-            self._holder.close()
+        finally:  # the exit is reported at once; the sandbox ends beside it
+            threading.Thread(target=self._holder.close, name="close-sandbox", daemon=True).start()
 
 
 # --- in the zygote's child ---
@@ -254,7 +268,8 @@ def _keep(rank: int, on_started: Callable[[int], None], on_ended: Callable[[int]
         on_ended(rank)
         if code < 0:  # the rank died of a signal: so does its keeper, for the zygote to say so
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            signal.signal(-code, signal.SIG_DFL)
+            with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have none
+                signal.signal(-code, signal.SIG_DFL)
             os.kill(os.getpid(), -code)
     finally:
         os._exit(code if code >= 0 else 128 - code)
