@@ -188,3 +188,27 @@ def _inside(mount_namespace: int) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_an_uncaught_exception_reaches_the_script_s_excepthook(sandboxed: RayExecutor) -> None:
+    """As in an interpreter: the runtime's hook exits 78 on a refused spec (a rank started
+    warm exited 1 there, so a refused pipeline trial was restarted)."""
+    script = textwrap.dedent(
+        """
+        import os, sys
+        def hook(kind, value, tb):
+            print("HOOK", kind.__name__, value, flush=True)
+            os._exit(42)
+        sys.excepthook = hook
+        raise ValueError("refused")
+        """
+    )
+    attempt = _launch(sandboxed, 303, ("python", "probe.py"), script)
+    sandboxed.launch(attempt)
+    try:
+        watch = Watch(sandboxed, attempt.attempt_key)
+        status = watch.until_phase(AttemptPhase.EXITED, AttemptPhase.LOST, timeout_s=180)
+        assert "HOOK ValueError refused" in watch.text(0), watch.text(0)
+        assert status.ranks[0].exit_code == 42
+    finally:
+        sandboxed.release(attempt.attempt_key)

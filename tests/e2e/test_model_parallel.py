@@ -51,7 +51,8 @@ def test_pp2_tp2_trial_resumes_across_a_kill_with_one_process_losses(
         refused_id, lambda t: t["state"] in ("FAILED", "COMPLETED"), what="refused"
     )
     assert wrong["state"] == "FAILED"
-    assert wrong["num_restarts"] == 0
+    attempts = [(a["outcome"], a["detail"]) for a in wrong["attempts"]]
+    assert wrong["num_restarts"] == 0, attempts
     detail = wrong["attempts"][-1]["detail"]
     assert "refused the spec (exit code 78)" in detail, wrong["attempts"]
     # the refusing rank's words, whichever rank got there first (the other is stopped)

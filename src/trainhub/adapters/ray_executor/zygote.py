@@ -266,11 +266,9 @@ def _become_rank(assignment: dict[str, Any]) -> int:
         runpy.run_path(argv[1], run_name="__main__")  # sys.argv[0] stays as written
     except SystemExit as exc:
         code = _exit_code(exc.code)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        code = 1
+    except BaseException as exc:  # as the interpreter does: the script's excepthook reports
+        sys.excepthook(type(exc), exc, exc.__traceback__)  # (the runtime's exits 78 on a
+        code = 1  # refused spec, as it does in a rank started cold)
     return _shutdown(code)
 
 
