@@ -165,6 +165,27 @@ def test_a_rank_killed_for_its_memory_gives_the_attempt_its_reason() -> None:
     assert verdict.detail == oom  # the explained failure, not rank 0 stopped after it
 
 
+def test_the_rank_that_failed_is_blamed_not_the_one_fail_fast_stopped() -> None:
+    """Rank 1 was killed; rank 0, SIGTERM'd by fail-fast, flushed and exited 143. A poll that
+    sees both blames rank 1 (it named rank 0 and its last metrics line before)."""
+    for stopped in (143, -15):
+        status = Status(
+            AttemptPhase.EXITED,
+            (Rank(0, RankPhase.EXITED, stopped), Rank(1, RankPhase.EXITED, -9)),
+        )
+        verdict = judge(facts(state=TrialState.RUNNING, started_at=1.0), status, 10.0, LIMITS)
+        assert verdict == EndAttempt(
+            AttemptOutcome.FAILED, "rank 1 exited with code -9", stop_others=True, rank=1
+        )
+    # every rank ended on SIGTERM (something outside the gang sent it): the first is named
+    both = Status(
+        AttemptPhase.EXITED, (Rank(0, RankPhase.EXITED, 143), Rank(1, RankPhase.EXITED, -15))
+    )
+    verdict = judge(facts(state=TrialState.RUNNING, started_at=1.0), both, 10.0, LIMITS)
+    assert isinstance(verdict, EndAttempt)
+    assert verdict.rank == 0
+
+
 def test_a_second_oom_at_the_same_point_is_final() -> None:
     oom = "rank 0 exceeded its 1 GiB memory limit: peak 1.0 GiB"
     final = out_of_memory_again(oom, oom, checkpointed_since=False)

@@ -29,6 +29,9 @@ from trainhub.core.states import AttemptOutcome, TrialState, check_transition
 # a rank's exit code when the runtime refused the spec (runtime/protocol.py EXIT_SPEC_REFUSED;
 # the core does not import the runtime, tests/core/test_verdicts.py keeps the two equal)
 EXIT_SPEC_REFUSED = 78
+# how a rank ends on SIGTERM: killed by it, or the runtime's handler exiting 128 + 15 after
+# flushing (runtime/context.py); bwrap reports a sandboxed rank the signal killed the same way
+STOPPED_BY_A_PEER = (-15, 143)
 # a federated client's exit code when its code crashed before it ever joined the federation
 # (runtime/federated/supervise.py; the rank's detail is the client's last output line)
 EXIT_CLIENT_NEVER_JOINED = 79
@@ -169,8 +172,13 @@ def judge(facts: AttemptFacts, status: AttemptReport, now: float, limits: Attemp
             rank=first.rank,
         )
     if failed:
-        # a rank whose end is explained (over its memory) is the cause the others followed
-        first = next((r for r in failed if r.detail), failed[0])
+        # a rank whose end is explained (over its memory) is the cause the others followed;
+        # else one that did not end on SIGTERM: with no stop asked, only fail-fast sends it,
+        # to the ranks of a gang whose peer failed (a poll may see both ends at once)
+        first = next(
+            (r for r in failed if r.detail),
+            next((r for r in failed if r.exit_code not in STOPPED_BY_A_PEER), failed[0]),
+        )
         return EndAttempt(
             AttemptOutcome.FAILED,
             first.detail or f"rank {first.rank} exited with code {first.exit_code}",
