@@ -177,6 +177,13 @@ def test_the_rank_that_failed_is_blamed_not_the_one_fail_fast_stopped() -> None:
         assert verdict == EndAttempt(
             AttemptOutcome.FAILED, "rank 1 exited with code -9", stop_others=True, rank=1
         )
+    # rank 0's collective failed when its killed peer vanished (exit 1): rank 1 is the cause
+    status = Status(
+        AttemptPhase.EXITED, (Rank(0, RankPhase.EXITED, 1), Rank(1, RankPhase.EXITED, -9))
+    )
+    verdict = judge(facts(state=TrialState.RUNNING, started_at=1.0), status, 10.0, LIMITS)
+    assert isinstance(verdict, EndAttempt)
+    assert verdict.rank == 1
     # every rank ended on SIGTERM (something outside the gang sent it): the first is named
     both = Status(
         AttemptPhase.EXITED, (Rank(0, RankPhase.EXITED, 143), Rank(1, RankPhase.EXITED, -15))

@@ -32,6 +32,8 @@ EXIT_SPEC_REFUSED = 78
 # how a rank ends on SIGTERM: killed by it, or the runtime's handler exiting 128 + 15 after
 # flushing (runtime/context.py); bwrap reports a sandboxed rank the signal killed the same way
 STOPPED_BY_A_PEER = (-15, 143)
+# how a rank ends on SIGKILL (the kernel, a person, a node agent): it did not follow a peer
+KILLED = (-9, 137)
 # a federated client's exit code when its code crashed before it ever joined the federation
 # (runtime/federated/supervise.py; the rank's detail is the client's last output line)
 EXIT_CLIENT_NEVER_JOINED = 79
@@ -173,11 +175,15 @@ def judge(facts: AttemptFacts, status: AttemptReport, now: float, limits: Attemp
         )
     if failed:
         # a rank whose end is explained (over its memory) is the cause the others followed;
-        # else one that did not end on SIGTERM: with no stop asked, only fail-fast sends it,
-        # to the ranks of a gang whose peer failed (a poll may see both ends at once)
+        # else one killed outright (its peers' collectives then fail with exit 1); else one
+        # that did not end on SIGTERM: with no stop asked, only fail-fast sends it, to the
+        # ranks of a gang whose peer failed (a poll may see all their ends at once)
         first = next(
             (r for r in failed if r.detail),
-            next((r for r in failed if r.exit_code not in STOPPED_BY_A_PEER), failed[0]),
+            next(
+                (r for r in failed if r.exit_code in KILLED),
+                next((r for r in failed if r.exit_code not in STOPPED_BY_A_PEER), failed[0]),
+            ),
         )
         return EndAttempt(
             AttemptOutcome.FAILED,
