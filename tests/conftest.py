@@ -2,6 +2,7 @@ from pathlib import Path
 
 pytest_plugins = [
     "tests.fixtures.parallel",
+    "tests.fixtures.cpu_time",  # CPU seconds per test file, child processes included
     "tests.fixtures.databases",
     "tests.fixtures.api",
     "tests.fixtures.control_plane",
