@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gc
 import os
-import socket
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -28,11 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.fixtures.ports import free_port
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from tests.fixtures.ports import free_port
 from trainhub.runtime import protocol
 
 _METRICS = re.compile(r"^/api/v1/trials/(\d+)/metrics$")
@@ -24,12 +24,6 @@ _CHECKPOINTS = re.compile(r"^/api/v1/trials/(\d+)/checkpoints$")
 _CHECKPOINT_FILE = re.compile(r"^/api/v1/trials/(\d+)/checkpoints/(\d+)/file$")
 _MANIFEST = re.compile(r"^/api/v1/trials/(\d+)/checkpoints/(\d+)/manifest$")
 _SIGNALS = re.compile(r"^/api/v1/trials/(\d+)/signals$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -3,10 +3,11 @@ trial that reaches its port cannot read or write them."""
 
 from __future__ import annotations
 
-import socket
 from datetime import timedelta
 
 import pytest
+
+from tests.fixtures.ports import free_port
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -16,12 +17,6 @@ from trainhub.runtime.process_group import (  # noqa: E402
     RENDEZVOUS_SECRET_ENV,
     rendezvous_store,
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_the_runtime_and_the_executor_name_the_secret_alike() -> None:
