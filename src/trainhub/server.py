@@ -66,6 +66,10 @@ class Settings:
     # how ranks move checkpoints with a bucket: control-plane | direct (presigned, ADR 0033)
     rank_storage: str = "control-plane"
     ray_address: str | None = None  # default: a local Ray head started (once) for this home
+    # the Ray namespace of this deployment's actors and placement groups: two servers on one
+    # Ray cluster (staging beside production) each need their own, or each takes the other's
+    # attempts (named t1-a1, ... in both) for its own
+    ray_namespace: str = "trainhub"
     host: str = "127.0.0.1"
     port: int = 8080
     advertise_url: str | None = None  # the URL trials use to reach this server
@@ -340,6 +344,7 @@ def build_control_plane(settings: Settings) -> ControlPlane:
         env_cache=str(settings.env_cache)
         if settings.envs_on_nodes and settings.env_cache
         else None,
+        namespace=settings.ray_namespace,
     )
     clock = system_clock
     config = LoopConfig(

@@ -430,3 +430,50 @@ def test_executor_reconnects_after_someone_else_shuts_ray_down(
 
     assert watch.poll().phase == AttemptPhase.RUNNING
     assert watch.attempt_key in ray_executor.live_attempts()
+
+
+OTHER_DEPLOYMENT = """
+import sys, time
+from tests.fixtures.ray_cluster import Watch
+from tests.adapters.test_ray_executor import make_launch
+from trainhub.adapters.ray_executor import RayExecutor
+from trainhub.service.ports import AttemptPhase
+
+address, namespace, key = sys.argv[1:4]
+executor = RayExecutor(address, namespace=namespace, fail_fast_grace_s=5.0)
+script = {"main.py": "import os\\nprint('namespace', os.environ['USER_VAR'])\\n"}
+executor.launch(make_launch(executor, script, ("python", "main.py"), workers=1, key=key))
+try:
+    watch = Watch(executor, key)
+    status = watch.until_phase(AttemptPhase.EXITED, timeout_s=120)
+    print("exit codes", [r.exit_code for r in status.ranks], watch.text(0).strip())
+finally:
+    executor.release(key)
+print("after release", executor.poll(key, {}).phase.name)
+"""
+
+
+def test_two_deployments_in_their_own_namespaces_run_attempts_of_the_same_key(
+    ray_executor: RayExecutor, ray_address: str, run
+) -> None:
+    """Two servers on one Ray cluster (``ray_namespace``; a process talks to Ray in one
+    namespace) both name their first attempt t1-a1: each runs and releases its own, and
+    neither takes or removes the other's."""
+    key = new_attempt_key("same")
+    script = {"main.py": "import os\nprint('namespace', os.environ['USER_VAR'])\n"}
+    mine = run(make_launch(ray_executor, script, ("python", "main.py"), workers=1, key=key))
+    other = subprocess.run(
+        [sys.executable, "-c", OTHER_DEPLOYMENT, ray_address, f"{TEST_NAMESPACE}-other", key],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert other.returncode == 0, other.stdout[-2000:] + other.stderr[-3000:]
+    assert "exit codes [0] namespace hello" in other.stdout, other.stdout
+    assert "after release UNKNOWN" in other.stdout, other.stdout  # gone from its namespace
+    status = mine.until_phase(AttemptPhase.EXITED, timeout_s=120)  # still here, and its own
+    assert [r.exit_code for r in status.ranks] == [0], (status, mine.text(0))
+    assert "namespace hello" in mine.text(0)
+    assert ray_executor.poll(key, {}).phase is AttemptPhase.EXITED

@@ -138,6 +138,14 @@ def server(
             help="Address of a Ray cluster (HOST:PORT); default: a local Ray started once.",
         ),
     ] = None,
+    ray_namespace: Annotated[
+        str,
+        typer.Option(
+            envvar="TRAINHUB_RAY_NAMESPACE",
+            help="Ray namespace of this server's actors and placement groups; two servers on "
+            "one Ray cluster need different ones.",
+        ),
+    ] = "trainhub",
     storage: Annotated[
         str | None,
         typer.Option(
@@ -392,6 +400,7 @@ def server(
         s3_endpoint=s3_endpoint,
         rank_storage=rank_storage.value,
         ray_address=ray_address,
+        ray_namespace=ray_namespace,
         host=host,
         port=port,
         advertise_url=advertise_url,
