@@ -185,6 +185,13 @@ class LoopHarness:
     def close(self) -> None:
         self.engine.dispose()
 
+    def member(self, username: str, tenant: str) -> Principal:
+        """A new user, member of ``tenant``, signed in."""
+        self.admin.create_user(self.principal, username)
+        self.admin.set_membership(self.principal, username, tenant, "member")
+        issued = self.admin.issue_token(self.principal, username=username)
+        return authenticate_with(self.uow, self.clock, issued.secret)
+
     def submit(
         self, spec: str, tenant: str | None = None, principal: Principal | None = None
     ) -> int:

@@ -13,9 +13,8 @@ completes in the simulator, while the server, which sees only exit code 0 after
 should_stop(), requeues it (its next attempt resumes at the end and exits at once). The jobs
 below never end in their preemption's checkpoint time.
 
-Durations are unknown to both (the simulator without ``known_durations``, the server without
-enough completed trials to estimate): the server's estimates come from its own history, which
-a trace does not have.
+In the tests of one step per event, durations are unknown to both (the simulator without
+``known_durations``, the server without enough completed trials to estimate).
 
 Under realistic conditions (issue 27, ``test_a_ticking_loop_with_periodic_checkpoints...``)
 the loop ticks on a fixed period and sees each exit at the first tick after it (the
@@ -23,7 +22,11 @@ simulator's ``tick_s``); jobs checkpoint periodically (the driver registers each
 in the database at the instant the simulated job makes it, which is what the policy's view of
 the work at risk is read from), a preempted job exits ``checkpoint_time_s`` later and loses
 the work since its last checkpoint, and a restart pays its overhead before making progress.
-Duration estimates stay out (see above).
+With duration estimates (``test_estimated_durations...``) both estimate from the run times the
+loop measured: each tenant submits as a user of its own, one project per GPU count (the
+simulator's stand-ins for a trace's missing users and projects), the loop reads the finished
+runs every 60 s and the simulator shows the policy the same medians at the same ticks
+(``sim.estimates``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -139,8 +143,9 @@ def spec_of(job: TraceJob) -> str:
     if job.topology is not None:
         kind = "required" if job.topology.required else "preferred"
         topology = f", topology: {{{kind}: {job.topology.level}}}"
+    # the project the simulator's estimates stand in for this job (sim.engine._key)
     return (
-        f"name: job-{job.job_id}\nentrypoint: sleep 1\n"
+        f"name: job-{job.job_id}\nproject: {job.tenant}-{job.num_gpus}gpu\nentrypoint: sleep 1\n"
         f"resources: {{workers: {job.num_gpus}, gpus_per_worker: 1, cpus_per_worker: 1"
         f"{topology}}}\n"
     )
@@ -232,6 +237,12 @@ REALISTIC = SimConfig(
 )
 
 
+# the loop's estimates: medians of two runs, read every 60 s
+ESTIMATED = replace(
+    REALISTIC, estimated_durations=True, estimate_min_samples=2, estimates_refresh_s=60.0
+)
+
+
 def simulate_realistic(name: str, jobs: Sequence[TraceJob], sim: SimConfig = REALISTIC) -> Log:
     recorder = make_policy(name)
     Simulator(jobs, CLUSTER, recorder, TENANTS, sim).run()
@@ -246,18 +257,22 @@ def drive_ticking_loop(
     after saving nothing more than its last checkpoint). Returns the log and the number of
     checkpoints registered."""
     recorder = make_policy(name)
+    estimated = sim.estimated_durations
     config = LoopConfig(
         "http://127.0.0.1:1",
         usage_half_life_s=HALF_LIFE_S,
         stop_wait_s=math.inf,
-        estimate_min_samples=10**9,
+        estimate_min_samples=sim.estimate_min_samples if estimated else 10**9,
+        estimates_refresh_s=sim.estimates_refresh_s,
     )
     h = LoopHarness(root, recorder, [n.node() for n in CLUSTER.nodes], config)
     tick, every = sim.tick_s, sim.checkpoint_interval_s
     try:
+        users = {}
         for tenant, share in TENANTS.items():
             if tenant != "default":
                 h.admin.create_tenant(h.principal, tenant, share.guaranteed_slots)
+                users[tenant] = h.member(f"user-{tenant}", tenant)
         remaining = {j.job_id: j.duration_s for j in jobs}
         unfinished = set(remaining)
         # (time, order, kind, trial, attempt): 0 arrival, 1 checkpoint, 2 finish, 3 exit
@@ -279,7 +294,8 @@ def drive_ticking_loop(
                 h.clock.now = at
                 if kind == 0:
                     job = by_id[trial_id]
-                    assert h.submit(spec_of(job), tenant=job.tenant) == trial_id
+                    principal = users[job.tenant] if estimated else None
+                    assert h.submit(spec_of(job), job.tenant, principal) == trial_id
                     continue
                 if number != attempt[trial_id] or trial_id not in started:
                     continue  # an attempt that already ended
@@ -408,3 +424,66 @@ def test_labelled_nodes_and_topology_gangs_decide_alike(policy: str, tmp_path: P
             assert len({labels[p] for p in placement}) == 1  # never straddles racks
     assert any(what == "start" and t == 3 for _, what, t, _ in expected)
     assert drive_control_loop(policy, tmp_path, RACK_JOBS, cluster=RACKS) == expected
+
+
+# estimates, shortest first: tenant a's 1-GPU jobs are short, b's 2-GPU jobs long; once the
+# first runs are read, b fills the cluster and a queue builds where the estimates decide who
+# goes first
+SHORT_FIRST_JOBS = [
+    TraceJob(1, 0.0, 300.0, 1, "a", cpus_per_worker=1.0),
+    TraceJob(2, 0.0, 330.0, 1, "a", cpus_per_worker=1.0),
+    TraceJob(3, 0.0, 2000.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(4, 0.0, 2130.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(5, 10.0, 290.0, 1, "a", cpus_per_worker=1.0),
+    TraceJob(6, 2200.0, 1810.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(7, 2200.0, 2410.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(8, 2200.0, 3010.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(9, 2200.0, 3610.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(10, 2210.0, 1510.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(11, 2220.0, 250.0, 1, "a", cpus_per_worker=1.0),
+    TraceJob(12, 2230.0, 270.0, 1, "a", cpus_per_worker=1.0),
+    TraceJob(13, 2240.0, 1410.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(14, 2250.0, 230.0, 1, "a", cpus_per_worker=1.0),
+]
+
+# estimates, victims: b's 2-GPU runs take about 5,000 s; b borrows with job 5 (from 1,020 s)
+# and, once that estimate is read, with jobs 6 to 8; when a comes back for 2 GPUs, job 5 is
+# the cheapest victim by the work since its checkpoint but expected to end within the fair
+# policy's victim_time_left_s, so with estimates a younger run goes instead
+VICTIM_JOBS = [
+    TraceJob(1, 0.0, 300.0, 1, "a", cpus_per_worker=1.0),
+    TraceJob(2, 0.0, 330.0, 1, "a", cpus_per_worker=1.0),
+    TraceJob(3, 0.0, 5000.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(4, 0.0, 5100.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(5, 1000.0, 5300.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(6, 5200.0, 9000.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(7, 5200.0, 9100.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(8, 5200.0, 9200.0, 2, "b", cpus_per_worker=1.0),
+    TraceJob(9, 6000.0, 600.0, 2, "a", cpus_per_worker=1.0),
+]
+ESTIMATE_SEQUENCES = {"short-first": SHORT_FIRST_JOBS, "victims": VICTIM_JOBS}
+
+
+@pytest.mark.parametrize("sequence", sorted(ESTIMATE_SEQUENCES))
+@pytest.mark.parametrize("policy", ["fifo", "sjf", "las", "fair"])
+def test_estimated_durations_from_measured_runs_decide_alike(
+    policy: str, sequence: str, tmp_path: Path
+) -> None:
+    jobs = ESTIMATE_SEQUENCES[sequence]
+    expected = simulate_realistic(policy, jobs, ESTIMATED)
+    got, _ = drive_ticking_loop(policy, tmp_path, jobs, ESTIMATED)
+    assert got == expected
+
+
+@pytest.mark.parametrize(("policy", "sequence"), [("sjf", "short-first"), ("fair", "victims")])
+def test_the_estimates_change_what_the_policy_decides(policy: str, sequence: str) -> None:
+    """The sequences above are ones where the estimates matter: without them the same policy
+    decides otherwise, so parity covers them."""
+    jobs = ESTIMATE_SEQUENCES[sequence]
+    with_estimates = simulate_realistic(policy, jobs, ESTIMATED)
+    assert with_estimates != simulate_realistic(policy, jobs, REALISTIC)
+    if policy == "fair":  # a younger run than job 5 goes
+        victims = [t for _, what, t, _ in with_estimates if what == "preempt"]
+        assert victims
+        assert 5 not in victims
+        assert 5 in [t for _, w, t, _ in simulate_realistic(policy, jobs) if w == "preempt"]

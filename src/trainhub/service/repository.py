@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from trainhub.core.entitlement import Interval
 from trainhub.core.layer_alerts import LayerAlert
+from trainhub.core.scheduling.view import FINISHED_RUNS_READ
 from trainhub.core.states import ExperimentState, TrialState
 from trainhub.core.traffic import Flow, TrafficDelta
 from trainhub.service.records import (
@@ -216,7 +217,7 @@ class UsageStore(Protocol):
         ...
 
     def trial_owners(self, trial_ids: Sequence[int]) -> dict[int, TrialOwner]: ...
-    def finished_runs(self, limit: int = 5000) -> list[FinishedRun]:
+    def finished_runs(self, limit: int = FINISHED_RUNS_READ) -> list[FinishedRun]:
         """Run times of the latest ``limit`` COMPLETED trials that ran."""
         ...
 

@@ -23,9 +23,10 @@ from trainhub.core.fairshare import DecayedUsage, scaled_guarantees
 from trainhub.core.gcpause import collection_paused
 from trainhub.core.resources import Node, ResourceRequest, can_ever_fit
 from trainhub.core.scheduling import BasePolicy, Start, TenantShare, split_decisions
-from trainhub.core.scheduling.view import DurationEstimates, SnapshotBuilder, TrialFacts
+from trainhub.core.scheduling.view import FINISHED_RUNS_READ, SnapshotBuilder, TrialFacts
 from trainhub.core.states import TrialState
 from trainhub.sim.cluster import ClusterSpec
+from trainhub.sim.estimates import Key, ServerEstimates, measured_run_s
 from trainhub.sim.events import Event, EventKind, EventQueue
 from trainhub.sim.idle import IdleWhileFits
 from trainhub.sim.ledger import TenantTimeline
@@ -55,6 +56,14 @@ class SimConfig:
             server makes (``DurationEstimates``: the median run time of finished jobs of the
             same user and project, else project, else user). Traces have no users: the
             tenant stands for the user and the tenant with the job's GPU count for the project.
+            As the server: a job's run time is what the control loop measures over its
+            attempts (restarts, lost work and the tick included, ``sim.estimates``), the
+            latest ``estimates_window`` finishes count, and they are read every
+            ``estimates_refresh_s``, when the facts whose estimate changed are made again.
+        estimates_refresh_s: how often the server reads the finished run times (the control
+            loop's ``estimates_refresh_s``); 0: a finish counts from the instant it is seen.
+        estimate_min_samples: runs a median needs (the loop's ``estimate_min_samples``).
+        estimates_window: how many of the latest finishes count (``FINISHED_RUNS_READ``).
         half_life_s: half-life of the decayed tenant usage handed to the policy.
         pass_interval_s: the least time between two scheduling passes, like the tick of a
             control loop: events closer to the last pass than this wait for a pass at the
@@ -78,6 +87,9 @@ class SimConfig:
     restart_overhead_s: float = 60.0
     known_durations: bool = False
     estimated_durations: bool = False
+    estimates_refresh_s: float = 60.0
+    estimate_min_samples: int = 3
+    estimates_window: int = FINISHED_RUNS_READ
     half_life_s: float = 24 * 3600.0
     pass_interval_s: float = 0.0
     tick_s: float = 0.0
@@ -91,11 +103,14 @@ class SimConfig:
             "restart_overhead_s",
             "pass_interval_s",
             "tick_s",
+            "estimates_refresh_s",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.half_life_s <= 0:
             raise ValueError("half_life_s must be > 0")
+        if self.estimate_min_samples < 1 or self.estimates_window < 1:
+            raise ValueError("estimate_min_samples and estimates_window must be >= 1")
 
 
 class Simulator:
@@ -143,6 +158,8 @@ class _JobState:
     finish_at: float = math.inf
     # how much slower than at its ideal span the attempt runs (sim/network.py)
     slowdown: float = 1.0
+    # its attempts' run times as the control loop measures them (the server's estimates)
+    measured_s: float = 0.0
 
 
 class _Run:
@@ -187,11 +204,17 @@ class _Run:
         }
         # what the policy knows of each queued, running or preempting job
         self.facts: dict[int, TrialFacts] = {}
-        self.estimates = DurationEstimates()
         self.events = EventQueue()
 
         tenant_names = sorted({j.tenant for j in self.arrivals} | set(self.tenants))
         self.start = self.arrivals[0].submit_s if self.arrivals else 0.0
+        self.estimates = ServerEstimates(
+            self.cfg.estimate_min_samples,
+            self.cfg.estimates_window,
+            self.cfg.estimates_refresh_s,
+            self.cfg.tick_s,
+            origin=self._seen(self.start),
+        )
         # fairness is measured against the guarantees the policy can honour (scaled to fit)
         guarantees = scaled_guarantees(
             {t: self.tenants.get(t, TenantShare()).guaranteed_slots for t in tenant_names},
@@ -239,10 +262,15 @@ class _Run:
             if now == math.inf:
                 break  # no arrival and no event left
             self._account_until(now)
-            changed = self._admit_arrivals(now) if self.next_arrival_s <= now else []
+            changed: list[TrialFacts] = []
             gone: list[int] = []
+            # as a tick: the ends seen first, then the estimates read, then the new trials
             for event in events.pop_due(now):
                 self._end_attempt(event, now, changed, gone)
+            if self.cfg.estimated_durations and not self.cfg.known_durations:
+                changed += self._estimates_read(now)
+            if self.next_arrival_s <= now:
+                changed += self._admit_arrivals(now)
             if changed or gone:
                 self.builder.update(changed, gone)
                 self.idle.changed(self.builder.queue)
@@ -308,6 +336,7 @@ class _Run:
         self.usage.change(trial.tenant, now, -slots)
         ran = now - state.started_at
         state.attained_gpu_s += slots * ran
+        state.measured_s += measured_run_s(state.started_at, now, self.cfg.tick_s)
         if event.kind is EventKind.FINISH:
             self._finish(state, slots, now)
             gone.append(event.job_id)
@@ -319,7 +348,9 @@ class _Run:
         """Record the job's end; its run time now informs the estimates of later jobs."""
         job = state.job
         state.record.finish_s = now
-        self.estimates.add(job.tenant, _project(job), job.duration_s)
+        key = _key(job)
+        self.estimates.forget(job.job_id, key)
+        self.estimates.finished(now, job.job_id, key, state.measured_s)
         self._account(job.tenant, now, demand=-slots)
         del self.facts[job.job_id]
 
@@ -521,8 +552,20 @@ class _Run:
         if self.cfg.known_durations:
             return job.duration_s
         if self.cfg.estimated_durations:
-            return self.estimates.estimate(job.tenant, _project(job))
+            return self.estimates.estimate(job.job_id, _key(job))
         return None
+
+    def _estimates_read(self, now: float) -> list[TrialFacts]:
+        """The server's refresh of its estimates, if one falls by ``now``: the facts of the
+        queued and active jobs whose estimate changed, made again."""
+        remade = []
+        for job_id, estimate in self.estimates.publish(now).items():
+            facts = self.facts.get(job_id)
+            if facts is not None and facts.expected_duration_s != estimate:
+                facts = replace(facts, expected_duration_s=estimate)
+                self.facts[job_id] = facts
+                remade.append(facts)
+        return remade
 
     def _result(self, wall: float, cpu: float) -> SimResult:
         self.idle.advance(self.last)
@@ -555,11 +598,11 @@ class _Run:
         }
 
 
-def _project(job: TraceJob) -> str:
-    """The project a trace job stands for in duration estimates: traces have no users or
-    projects, so the tenant stands for the user and the tenant with the GPU count for the
-    project."""
-    return f"{job.tenant}:{job.num_gpus}"
+def _key(job: TraceJob) -> Key:
+    """The user and project a trace job stands for in duration estimates: traces have no
+    users or projects, so the tenant stands for the user and the tenant with the GPU count for
+    the project."""
+    return job.tenant, f"{job.tenant}:{job.num_gpus}"
 
 
 def _never_fitting(

@@ -242,6 +242,29 @@ def test_duration_estimates_one_run_at_a_time_equal_the_estimate_over_all_runs()
     assert checked > 1000
 
 
+def test_a_window_of_duration_estimates_counts_only_the_latest_runs() -> None:
+    """As the server reads only the latest finished trials (``FINISHED_RUNS_READ``)."""
+    rng = random.Random(11)
+    estimates = DurationEstimates(window=25)
+    history: list[tuple[str, str, float]] = []
+    for _ in range(300):
+        run = (rng.choice(("ann", "bob")), rng.choice(("vision", "nlp")), float(rng.randint(1, 99)))
+        estimates.add(*run)
+        history.append(run)
+        for user in ("ann", "bob"):
+            for project in ("vision", "nlp"):
+                assert estimates.estimate(user, project) == estimate_duration(
+                    history[-25:], user, project
+                )
+    # the oldest runs are gone: a run of 1,000 s added first weighs nothing 25 runs later
+    estimates = DurationEstimates(min_samples=1, window=2)
+    for run_s in (1000.0, 10.0, 20.0):
+        estimates.add("ann", "vision", run_s)
+    assert estimates.estimate("ann", "vision") == 15.0
+    with pytest.raises(ValueError, match="window"):
+        DurationEstimates(window=0)
+
+
 def test_decayed_usage_by_changes_equals_usage_by_ticks() -> None:
     half_life = 600.0
     by_change = DecayedUsage(half_life, 0.0, ["a", "b"])

@@ -35,6 +35,7 @@ from trainhub.adapters.db.write_quota_store import SqlWriteQuotaStore
 from trainhub.core.entitlement import Interval
 from trainhub.core.errors import Conflict, NotFound
 from trainhub.core.resources import ResourceRequest
+from trainhub.core.scheduling.view import FINISHED_RUNS_READ
 from trainhub.core.spec import Resources
 from trainhub.core.states import AttemptOutcome, ExperimentState, TrialState
 from trainhub.service.records import (
@@ -884,7 +885,7 @@ class SqlRepository(SqlLayerAlertStore, SqlWriteQuotaStore, SqlTrafficStore):
             owners.update((int(i), TrialOwner(int(i), u, p)) for i, u, p in self.s.execute(query))
         return owners
 
-    def finished_runs(self, limit: int = 5000) -> list[FinishedRun]:
+    def finished_runs(self, limit: int = FINISHED_RUNS_READ) -> list[FinishedRun]:
         query = (
             select(UserRow.username, ExperimentRow.project, TrialRow.run_time_s)
             .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)

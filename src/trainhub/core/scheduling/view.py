@@ -26,6 +26,7 @@ says; every other state is not in the snapshot.
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import math
 import operator
@@ -218,21 +219,42 @@ def estimate_duration(
     return None
 
 
+# how many finished trials the server reads for its estimates, the latest first
+# (``Repository.finished_runs``); the simulator keeps the same window
+FINISHED_RUNS_READ = 5000
+
+
 class DurationEstimates:
     """:func:`estimate_duration` kept up to date one finished trial at a time (the simulator
     adds each job as it completes; the answers equal ``estimate_duration`` over the same
-    finished trials)."""
+    finished trials). With ``window``, only the latest ``window`` runs added count, as the
+    server reads only the latest ``FINISHED_RUNS_READ`` finished trials."""
 
-    def __init__(self, min_samples: int = 3) -> None:
+    def __init__(self, min_samples: int = 3, window: int | None = None) -> None:
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1 run or None, got {window}")
         self.min_samples = min_samples
+        self.window = window
         self._by_pair: dict[tuple[str, str], list[float]] = {}
         self._by_project: dict[str, list[float]] = {}
         self._by_user: dict[str, list[float]] = {}
+        self._order: collections.deque[tuple[str, str, float]] = collections.deque()
 
     def add(self, user: str, project: str, run_time_s: float) -> None:
         bisect.insort(self._by_pair.setdefault((user, project), []), run_time_s)
         bisect.insort(self._by_project.setdefault(project, []), run_time_s)
         bisect.insort(self._by_user.setdefault(user, []), run_time_s)
+        if self.window is None:
+            return
+        self._order.append((user, project, run_time_s))
+        if len(self._order) > self.window:
+            old_user, old_project, old_run = self._order.popleft()
+            for runs in (
+                self._by_pair[(old_user, old_project)],
+                self._by_project[old_project],
+                self._by_user[old_user],
+            ):
+                del runs[bisect.bisect_left(runs, old_run)]
 
     def estimate(self, user: str, project: str) -> float | None:
         for runs in (
