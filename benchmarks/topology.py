@@ -92,6 +92,8 @@ class Timed(BasePolicy):
         self.name = inner.name
         self.queue_order = inner.queue_order
         self.standing_half_life_s = inner.standing_half_life_s
+        self.reads_queued_durations = inner.reads_queued_durations
+        self.reads_running_durations = inner.reads_running_durations
         self.config = getattr(inner, "config", None)
         self.ms: list[float] = []
 

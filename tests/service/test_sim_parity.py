@@ -97,6 +97,8 @@ class Recorder(BasePolicy):
         self.name = inner.name
         self.queue_order = inner.queue_order
         self.standing_half_life_s = inner.standing_half_life_s
+        self.reads_queued_durations = inner.reads_queued_durations
+        self.reads_running_durations = inner.reads_running_durations
         self.config: Any = getattr(inner, "config", None)
         self.log: Log = []
         self.wake_at: float | None = None

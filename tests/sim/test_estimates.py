@@ -24,6 +24,7 @@ def test_finishes_count_from_the_first_refresh_at_or_after_the_tick_that_saw_the
     books = ServerEstimates(min_samples=2, window=None, refresh_s=90.0, tick_s=60.0, origin=0.0)
     assert books.period == 120.0  # the loop refreshes at the first tick 90 s after the last
     assert books.estimate(7, A1) is None
+    assert books.estimate(6, A1, track=False) is None  # its policy does not read it now
     books.finished(60.0, 1, A1, 100.0)
     books.finished(180.0, 2, A1, 300.0)
     assert books.publish(60.0) == {}  # the refresh at 0 read nothing
@@ -57,7 +58,7 @@ def test_runs_of_zero_seconds_are_not_read_and_the_window_drops_the_oldest() -> 
 
 def _estimates_seen(jobs: list[TraceJob], cfg: SimConfig) -> dict[int, float | None]:
     seen: dict[int, float | None] = {}
-    policy = create_policy("fifo")
+    policy = create_policy("sjf")  # it reads the queued jobs' estimates
     decide = policy.decide
 
     def spy(snapshot):  # type: ignore[no-untyped-def]

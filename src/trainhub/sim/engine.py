@@ -453,6 +453,10 @@ class _Run:
             # restart overhead; periodic checkpoints follow
             last_checkpoint_at=now + cost,
             checkpoint_every_s=cfg.checkpoint_interval_s or None,
+            # the estimate as it is now (a policy that reads none while queued left it stale)
+            expected_duration_s=self._expected_duration(
+                state.job, self.policy.reads_running_durations
+            ),
         )
         self._hold(request, decision.placement, +1)
         for node_id in set(decision.placement):
@@ -540,19 +544,20 @@ class _Run:
             submitted_at=job.submit_s,
             attained_service=state.attained_gpu_s,
             progress_s=job.duration_s - state.remaining_s,
-            expected_duration_s=self._expected_duration(job),
+            expected_duration_s=self._expected_duration(job, self.policy.reads_queued_durations),
             num_preemptions=state.record.preemptions,
         )
         self.facts[job_id] = made
         return made
 
-    def _expected_duration(self, job: TraceJob) -> float | None:
+    def _expected_duration(self, job: TraceJob, read: bool) -> float | None:
         """What the policy is told of a job's run time: the truth, the server's estimate, or
-        nothing (see ``SimConfig``)."""
+        nothing (see ``SimConfig``). ``read``: the policy reads it in the job's new state, so
+        a refresh of the estimates that changes it remakes the job's facts."""
         if self.cfg.known_durations:
             return job.duration_s
         if self.cfg.estimated_durations:
-            return self.estimates.estimate(job.job_id, _key(job))
+            return self.estimates.estimate(job.job_id, _key(job), track=read)
         return None
 
     def _estimates_read(self, now: float) -> list[TrialFacts]:

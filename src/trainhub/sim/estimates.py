@@ -64,14 +64,18 @@ class ServerEstimates:
         self._keys_of_user: dict[str, set[Key]] = {}
         self._keys_of_project: dict[str, set[Key]] = {}
 
-    def estimate(self, job_id: int, key: Key) -> float | None:
-        """The estimate a new fact of ``job_id`` carries now; the job is tracked until
-        :meth:`forget`, so a later refresh that changes it names the job."""
+    def estimate(self, job_id: int, key: Key, track: bool = True) -> float | None:
+        """The estimate a new fact of ``job_id`` carries now. A tracked job is named by a
+        later refresh that changes it (until :meth:`forget`); an untracked one is not (its
+        policy does not read it in that state: see ``BasePolicy.reads_queued_durations``)."""
         if key not in self._given:
             self._given[key] = self.estimates.estimate(*key)
             self._keys_of_user.setdefault(key[0], set()).add(key)
             self._keys_of_project.setdefault(key[1], set()).add(key)
-        self._jobs.setdefault(key, set()).add(job_id)
+        if track:
+            self._jobs.setdefault(key, set()).add(job_id)
+        else:
+            self.forget(job_id, key)
         return self._given[key]
 
     def forget(self, job_id: int, key: Key) -> None:

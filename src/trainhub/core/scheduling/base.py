@@ -26,6 +26,11 @@ class BasePolicy(abc.ABC):
     # half-life of the tenant standings (core.entitlement) the policy reads; None: it reads none,
     # and callers keep no ledger for it
     standing_half_life_s: float | None = None
+    # whose expected durations the decisions read: queued trials', running trials'. A caller
+    # may leave the others' as they were made (the simulator remakes only these when the
+    # server's estimates change, ``sim.estimates``); the decisions are the same either way
+    reads_queued_durations: bool = True
+    reads_running_durations: bool = True
 
     @abc.abstractmethod
     def decide(self, snapshot: Snapshot) -> Sequence[Decision]:

@@ -144,6 +144,9 @@ class FairSharePolicy(BasePolicy):
         self.queue_order = QueueOrder("fair", self._order_key)
         if self.config.patience_share is not None:
             self.standing_half_life_s = self.config.standing_half_life_s
+        # victims by the time they have left; queued trials' only to backfill by them
+        self.reads_queued_durations = self.config.estimates_for_backfill
+        self.reads_running_durations = self.config.victim_time_left_s > 0
         # a cache of per-trial facts for victim choice; never changes a decision
         self.victim_facts = VictimFacts(self.rules)
         self.claim_memo = ClaimMemo()

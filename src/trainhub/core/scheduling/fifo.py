@@ -23,6 +23,8 @@ class FifoPolicy(BasePolicy):
     """
 
     name = "fifo"
+    reads_queued_durations = False
+    reads_running_durations = False
 
     def decide(self, snapshot: Snapshot) -> DecisionList:
         queue = TrialQueue.coerce(snapshot.queue, self.queue_order)

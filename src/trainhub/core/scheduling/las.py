@@ -87,6 +87,8 @@ class _Ranked(NamedTuple):
 
 class LeastAttainedServicePolicy(BasePolicy):
     name = "las"
+    reads_queued_durations = False
+    reads_running_durations = False
 
     def __init__(self, config: LasConfig | None = None) -> None:
         self.config = config or LasConfig()

@@ -32,6 +32,7 @@ SHORTEST_FIRST_ORDER = QueueOrder("shortest-first", _shortest_key)
 class ShortestJobFirstPolicy(BasePolicy):
     name = "sjf"
     queue_order = SHORTEST_FIRST_ORDER
+    reads_running_durations = False
 
     def decide(self, snapshot: Snapshot) -> DecisionList:
         queue = TrialQueue.coerce(snapshot.queue, self.queue_order)
