@@ -18,7 +18,8 @@ class FairShareConfig:
     cluster. The split run again on 2026-12-07 with the per-tenant budget and its floor chose
     displacement by service and a per-tenant budget; that candidate doubled the targets missed
     on the test split (10 -> 20 over its 18 windowed cells), so it was not shipped (ADR 0036,
-    fourth amendment): both stay off until the tuning split is fixed. The others predate it.
+    fourth amendment); with windows on 16 nodes added to the split it chose them again, with
+    the same result on the test split (fifth amendment). The others predate it.
 
     Attributes:
         half_life_s: half-life of the decayed usage that orders tenants for idle capacity
