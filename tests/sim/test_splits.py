@@ -45,6 +45,4 @@ def test_no_tuning_window_overlaps_a_test_window() -> None:
 def test_the_tuning_split_has_a_small_cluster_per_trace() -> None:
     """The smallest test clusters (16 nodes) have tuning windows of their size (ADR 0036)."""
     small = min(scheduler.NODES)
-    assert {t for t, nodes, _ in scheduler.TUNE_WINDOWS if nodes == small} == set(
-        scheduler.TRACES
-    )
+    assert {t for t, nodes, _ in scheduler.TUNE_WINDOWS if nodes == small} == set(scheduler.TRACES)
