@@ -7,12 +7,19 @@ Only the traces' lengths matter, so the test needs neither ../shared nor a simul
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import scheduler  # benchmarks/scheduler.py
+# loaded from its file, not by putting benchmarks/ on sys.path: its modules' names (datasets,
+# models, agent) would shadow packages for every later test of the process
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "scheduler.py"
+_SPEC = importlib.util.spec_from_file_location("benchmarks_scheduler", _PATH)
+assert _SPEC is not None
+assert _SPEC.loader is not None
+scheduler = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = scheduler  # its dataclasses look their module up
+_SPEC.loader.exec_module(scheduler)
 
 # jobs in the traces the benchmark reads (docs/scheduler.md: Philly's 82,247 jobs; openb's
 # 6,203 pods)
