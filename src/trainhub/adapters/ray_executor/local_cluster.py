@@ -30,6 +30,7 @@ from pathlib import Path
 
 import psutil
 
+from trainhub.adapters.free_ports import free_port
 from trainhub.core.errors import TrainhubError
 
 RECORD_NAME = "ray_head.json"
@@ -193,14 +194,14 @@ def _start_head_once(
     env.setdefault("RAY_enable_metrics_collection", "0")
     env.setdefault("TRAINHUB_NODE_WORK_DIR", str(state_dir / "work"))
     env.pop("RAY_ADDRESS", None)
-    port = _free_port()
+    port = free_port("")
     command = [
         *_ray_cli(),
         "start",
         "--head",
         f"--port={port}",
-        f"--ray-client-server-port={_free_port()}",
-        f"--dashboard-port={_free_port()}",
+        f"--ray-client-server-port={free_port('')}",
+        f"--dashboard-port={free_port('')}",
         "--dashboard-agent-listen-port=0",
         "--include-dashboard=false",
         "--disable-usage-stats",
@@ -362,12 +363,6 @@ def _locked(state_dir: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
 
 
 _ensure_auth_token = ensure_auth_token  # the older private name (tests of other branches use it)

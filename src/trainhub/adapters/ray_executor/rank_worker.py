@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -36,6 +35,7 @@ import ray
 
 from trainhub.adapters import sandbox, session_relay, trial_traffic
 from trainhub.adapters.dataset_cache import DatasetCache
+from trainhub.adapters.free_ports import free_port
 from trainhub.adapters.ray_executor import warm_pool, warm_sandbox
 from trainhub.adapters.ray_executor.containment import Containment
 from trainhub.adapters.ray_executor.disk_usage import DiskMeter
@@ -179,7 +179,9 @@ class RankWorker:
         self._node_id = ray.get_runtime_context().get_node_id()
         accelerators = ray.get_runtime_context().get_accelerator_ids()
         self._gpu_ids = [str(g) for g in accelerators.get("GPU", [])]
-        self._master_port = _free_port() if spec.rank == 0 else 0
+        # rank 0's store port, below the ephemeral range: an outgoing connection of the node
+        # may take an ephemeral one before the rank binds it (free_ports)
+        self._master_port = free_port("") if spec.rank == 0 else 0
         root = node_work_root(spec.node_work_dir) / spec.namespace / spec.attempt_key
         self._attempt_dir = root
         self._rank_dir = root / f"rank{spec.rank}"
@@ -787,9 +789,3 @@ def _node_ips(nodes: list[str]) -> tuple[str, ...]:
     alive = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
     address = {n["NodeID"]: n["NodeManagerAddress"] for n in alive}
     return tuple(address[node] for node in order)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
