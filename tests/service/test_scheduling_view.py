@@ -7,7 +7,7 @@ import copy
 from dataclasses import replace
 
 from trainhub.core.resources import Node
-from trainhub.core.scheduling import FifoPolicy
+from trainhub.core.scheduling import FifoPolicy, ShortestJobFirstPolicy
 from trainhub.core.scheduling.view import TrialFacts
 from trainhub.core.spec import parse_spec
 from trainhub.core.states import TrialState
@@ -161,7 +161,7 @@ def test_an_active_trial_without_an_open_attempt_is_left_out_until_one_is_read()
 
 
 def test_refreshed_estimates_remake_the_facts_whose_estimate_changed() -> None:
-    v = view()
+    v = SchedulingView(ShortestJobFirstPolicy(), half_life_s=3600.0)  # it reads them
     v._owners = {1: TrialOwner(1, "ann", "p"), 2: TrialOwner(2, "bob", "q")}
     first = apply(v, [trial(1), trial(2)], whole=True)
     assert first[1].expected_duration_s is None
@@ -174,6 +174,23 @@ def test_refreshed_estimates_remake_the_facts_whose_estimate_changed() -> None:
     assert again[2] is first[2]  # bob's estimate did not change
     # and a trial read afterwards keeps the new facts (its key did not change)
     assert apply(v, [trial(1)])[1] is again[1]
+
+
+def test_a_refresh_remakes_only_the_facts_whose_estimates_the_policy_reads() -> None:
+    """FIFO reads no durations: its queued trials keep their facts at a refresh; SJF reads the
+    queued trials' (and the simulator remakes the same ones, ``sim.estimates``)."""
+    for policy, remade in ((FifoPolicy(), False), (ShortestJobFirstPolicy(), True)):
+        v = SchedulingView(policy, half_life_s=3600.0)
+        v._owners = {1: TrialOwner(1, "ann", "p")}
+        first = apply(v, [trial(1)], whole=True)
+        v._finished = [("ann", "p", 60.0), ("ann", "p", 120.0), ("ann", "p", 180.0)]
+        v._estimates_at = 50.0
+        again = apply(v, [])
+        assert (again[1] is not first[1]) is remade
+        assert again[1].expected_duration_s == (120.0 if remade else None)
+        # once its facts are made again for another reason, the estimate is read afresh
+        started = apply(v, [trial(1, TrialState.RUNNING)], {1: attempt(1)})
+        assert started[1].expected_duration_s == 120.0
 
 
 def test_nodes_listed_again_keep_their_facts_until_listing_or_monitor_changes() -> None:

@@ -176,6 +176,9 @@ class SchedulingView:
         resync_s: float = 300.0,
     ) -> None:
         self.builder = SnapshotBuilder.for_policy(policy)
+        # whose estimates the policy reads: only those facts are remade when they change
+        self._reads_queued = policy.reads_queued_durations
+        self._reads_running = policy.reads_running_durations
         self.usage = DecayedUsage(half_life_s)
         # received and entitled slot-seconds per tenant, for a policy that reads them; rebuilt
         # from the database's history at the first tick (a restart forgets nothing)
@@ -307,7 +310,11 @@ class SchedulingView:
 
     def _estimates_refreshed(self) -> list[TrialFacts]:
         """After a refresh of the finished runs: the facts whose expected duration changed,
-        made again (the others are kept)."""
+        made again (the others are kept), of the trials whose estimates the policy reads
+        (``BasePolicy.reads_queued_durations``, ``reads_running_durations``); the others keep
+        theirs until their facts are made again for another reason (a start, a requeue), when
+        the estimate is read afresh. A queue of thousands of one user's trials under a policy
+        that reads none is then not remade every minute."""
         if self._made_estimates_at == self._estimates_at:
             return []
         self._made_estimates_at = self._estimates_at
@@ -320,7 +327,10 @@ class SchedulingView:
         if not changed:
             return []
         remade = []
+        reads = {TrialState.QUEUED: self._reads_queued}
         for trial_id, facts in self._made.items():
+            if not reads.get(facts.state, self._reads_running):
+                continue
             owner = self._owners.get(trial_id)
             if owner is not None and (owner.user, owner.project) in changed:
                 remade.append(replace(facts, expected_duration_s=self._expected(owner)))
