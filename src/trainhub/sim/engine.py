@@ -348,9 +348,10 @@ class _Run:
         """Record the job's end; its run time now informs the estimates of later jobs."""
         job = state.job
         state.record.finish_s = now
-        key = _key(job)
-        self.estimates.forget(job.job_id, key)
-        self.estimates.finished(now, job.job_id, key, state.measured_s)
+        if self.cfg.estimated_durations and not self.cfg.known_durations:
+            key = _key(job)
+            self.estimates.forget(job.job_id, key)
+            self.estimates.finished(now, job.job_id, key, state.measured_s)
         self._account(job.tenant, now, demand=-slots)
         del self.facts[job.job_id]
 
